@@ -1,0 +1,133 @@
+# gpuaudit collector: gathers every audit section of one host in a single run.
+# POSIX sh; needs nothing beyond coreutils. Each section is framed by markers that carry a
+# per-run nonce, its stdout and stderr are encoded (base64, or hex through od) so that binary or
+# non-UTF-8 output and marker-like text in logs cannot corrupt the framing, and it records its
+# own exit status: a missing tool or a driver that does not answer is data, not a failure.
+# The script always exits 0.
+# GPUAUDIT_ROOT (default empty) prefixes the files it reads (/proc, /etc, /dev): used when
+# auditing a mounted image, and by the simulated hosts.
+LANG=C; LC_ALL=C; export LANG LC_ALL
+N="${GPUAUDIT_NONCE:-@NONCE@}"
+R="${GPUAUDIT_ROOT:-}"
+T="${GPUAUDIT_TIMEOUT:-60}"
+KLOG_MAX="${GPUAUDIT_KERNEL_LOG_LINES:-5000}"
+GA_TMP=$(mktemp -d 2>/dev/null || { d="/tmp/gpuaudit.$$"; mkdir -p "$d" && echo "$d"; })
+trap 'rm -rf "$GA_TMP"' EXIT
+
+if command -v base64 >/dev/null 2>&1; then
+  ga_enc=b64; ga_encode() { base64; }
+else
+  ga_enc=hex; ga_encode() { od -An -v -tx1 | tr -d ' \n'; echo; }
+fi
+ga_has() { command -v "$1" >/dev/null 2>&1; }
+# Bound a command's run time where timeout(1) exists (a hung driver must not hang the audit).
+ga_run() { if ga_has timeout; then timeout "$T" "$@"; else "$@"; fi; }
+
+# ga_section NAME COMMAND... : run COMMAND in a subshell and frame its output.
+ga_section() {
+  ga_name=$1; shift
+  ( "$@" ) >"$GA_TMP/out" 2>"$GA_TMP/err"
+  ga_rc=$?
+  printf '@@%s begin %s enc=%s@@\n' "$N" "$ga_name" "$ga_enc"
+  ga_encode <"$GA_TMP/out"
+  printf '@@%s stderr@@\n' "$N"
+  ga_encode <"$GA_TMP/err"
+  printf '@@%s end %s rc=%s@@\n' "$N" "$ga_name" "$ga_rc"
+}
+ga_missing() { echo "$1: command not found" >&2; return 127; }
+
+s_meta() {
+  echo "hostname=$(hostname 2>/dev/null || cat "$R/etc/hostname" 2>/dev/null)"
+  echo "kernel=$(uname -r)"
+  echo "date=$(date -u +%Y-%m-%dT%H:%M:%SZ)"
+  echo "uid=$(id -u)"
+}
+s_tools() {
+  for t in nvidia-smi rocm-smi amd-smi dmesg journalctl systemctl dpkg-query apt-mark rpm lspci timeout python3; do
+    if ga_has "$t"; then echo "$t=1"; else echo "$t=0"; fi
+  done
+}
+s_os_release() { cat "$R/etc/os-release"; }
+s_nvidia() { ga_has nvidia-smi || ga_missing nvidia-smi || return; ga_run nvidia-smi "$@"; }
+s_driver_proc() { cat "$R/proc/driver/nvidia/version"; }
+# Only the lines that matter, and only the newest KLOG_MAX of them; say when it was cut.
+ga_klog_filter() {
+  grep -E 'NVRM|Xid|SXid|fallen off the bus|nvidia-peermem|amdgpu.*(error|fault|reset)' >"$GA_TMP/klog"
+}
+s_kernel_log() {
+  src=""
+  if ga_has dmesg; then
+    { dmesg 2>/dev/null; echo $? >"$GA_TMP/krc"; } | ga_klog_filter
+    [ "$(cat "$GA_TMP/krc")" = 0 ] && src=dmesg
+  fi
+  if [ -z "$src" ] && ga_has journalctl; then
+    { journalctl -k -b --no-pager 2>/dev/null; echo $? >"$GA_TMP/krc"; } | ga_klog_filter
+    [ "$(cat "$GA_TMP/krc")" = 0 ] && src=journalctl
+  fi
+  if [ -z "$src" ]; then echo "no readable kernel log (dmesg, journalctl -k)" >&2; return 127; fi
+  n=$(wc -l <"$GA_TMP/klog" | tr -d ' ')
+  tail -n "$KLOG_MAX" "$GA_TMP/klog"
+  echo "source=$src lines=$n max=$KLOG_MAX" >&2
+}
+s_packages() {
+  if ga_has dpkg-query; then
+    dpkg-query -W -f='${Package}\t${Version}\t${Status}\n' 'nvidia-*' 'libnvidia-*' 'cuda-drivers*' \
+      'datacenter-gpu-manager*' 'amdgpu*' 'rocm*' 2>/dev/null | grep 'install ok installed'
+    return 0
+  elif ga_has rpm; then
+    rpm -qa --qf '%{NAME}\t%{VERSION}-%{RELEASE}\tinstall ok installed\n' \
+      | grep -E '^(nvidia|kmod-nvidia|libnvidia|cuda-drivers|datacenter-gpu-manager|amdgpu|rocm)'
+    return 0
+  fi
+  ga_missing dpkg-query
+}
+s_package_holds() {
+  if ga_has apt-mark; then apt-mark showhold
+  elif ga_has dnf; then dnf -q versionlock list 2>/dev/null
+  elif ga_has yum; then yum -q versionlock list 2>/dev/null
+  else ga_missing apt-mark; fi
+}
+s_sysctl() {
+  for k in net.core.rmem_max net.core.wmem_max net.core.netdev_max_backlog net.ipv4.tcp_rmem \
+           net.ipv4.tcp_wmem vm.swappiness vm.overcommit_memory kernel.numa_balancing \
+           vm.max_map_count kernel.nmi_watchdog; do
+    f="$R/proc/sys/$(echo "$k" | tr . /)"
+    [ -r "$f" ] && printf '%s = %s\n' "$k" "$(tr '\t' ' ' <"$f")"
+  done
+  return 0
+}
+s_services() {
+  ga_has systemctl || ga_missing systemctl || return
+  for s in nvidia-persistenced nvidia-fabricmanager nvidia-dcgm dcgm dcgm-exporter; do
+    printf '%s\t%s\t%s\n' "$s" "$(systemctl is-active "$s" 2>/dev/null)" \
+      "$(systemctl is-enabled "$s" 2>/dev/null || echo not-found)"
+  done
+}
+s_device_nodes() {
+  for f in "$R"/dev/nvidia* "$R"/dev/kfd "$R"/dev/dri/renderD*; do
+    [ -e "$f" ] && stat -c '%a %U %G %n' "$f"
+  done
+  return 0
+}
+s_lspci() { ga_has lspci || ga_missing lspci || return; lspci -D -n -d 10de: ; lspci -D -n -d 1002: ; }
+s_rocm() { ga_has rocm-smi || ga_missing rocm-smi || return; ga_run rocm-smi --showallinfo --json; }
+
+printf '@@gpuaudit-collector 1 %s@@\n' "$N"
+ga_section meta s_meta
+ga_section tools s_tools
+ga_section os_release s_os_release
+ga_section nvidia_smi_xml s_nvidia -q -x
+ga_section nvidia_topo s_nvidia topo -m
+ga_section mig_gi s_nvidia mig -lgi
+ga_section mig_ci s_nvidia mig -lci
+ga_section driver_proc s_driver_proc
+ga_section kernel_log s_kernel_log
+ga_section packages s_packages
+ga_section package_holds s_package_holds
+ga_section sysctl s_sysctl
+ga_section services s_services
+ga_section device_nodes s_device_nodes
+ga_section lspci s_lspci
+ga_section rocm_smi s_rocm
+printf '@@%s done@@\n' "$N"
+exit 0

@@ -1,0 +1,325 @@
+"""The host snapshot: everything one audit learned about one host.
+
+A snapshot is written as JSON (one file per host) the moment the host has been collected, and
+it is the only input the rules and the report need: ``gpuaudit report <run-dir>`` rebuilds a
+register from snapshots alone. The raw text of every collected section travels inside the
+snapshot (``sections``) so any parsed value can be traced back to what the host printed.
+
+Conventions (see docs/snapshot-schema.md):
+- units are part of field names (``memory_total_mib``, ``power_draw_w``, ``temperature_c``);
+- ``None`` means the host did not report the value (not supported, N/A, or not collected: the
+  section's ``rc`` / ``stderr`` tell which);
+- PCI bus ids are normalised to ``DDDD:BB:DD.F`` upper case (``bus_key``), whatever domain width
+  the tool printed.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import types
+import typing
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Any, TypeVar, Union
+
+SCHEMA_VERSION = "1.0"
+
+
+class HostStatus(str, Enum):
+    """How far the audit of a host got."""
+
+    OK = "ok"
+    # Collected, but some GPU-facing part did not answer (driver down, a GPU erroring).
+    DEGRADED = "degraded"
+    # nvidia-smi is present but cannot talk to the driver.
+    DRIVER_NOT_RESPONDING = "driver_not_responding"
+    # Collected, but neither NVIDIA nor AMD tooling is installed.
+    NO_GPU_TOOLING = "no_gpu_tooling"
+    # The collector ran but its output could not be read (cut short, garbled).
+    COLLECTION_FAILED = "collection_failed"
+    # No connection could be made.
+    UNREACHABLE = "unreachable"
+
+
+@dataclass(frozen=True)
+class Section:
+    """One collected section: the command's exit status, its stdout and its stderr."""
+
+    rc: int | None
+    stdout: str = ""
+    stderr: str = ""
+    # True when the collector bounded the output (e.g. a huge kernel log).
+    truncated: bool = False
+
+
+@dataclass(frozen=True)
+class MigDevice:
+    index: int | None
+    gpu_instance_id: int | None
+    compute_instance_id: int | None
+    profile: str | None = None  # e.g. "1g.10gb" when known
+    memory_total_mib: int | None = None
+    multiprocessor_count: int | None = None
+
+
+@dataclass(frozen=True)
+class EccCounts:
+    """ECC error totals for one counter set (volatile or aggregate)."""
+
+    corrected: int | None = None
+    uncorrected: int | None = None
+    sram_uncorrected: int | None = None
+    dram_uncorrected: int | None = None
+
+
+@dataclass(frozen=True)
+class RetiredPages:
+    single_bit: int | None = None
+    double_bit: int | None = None
+    pending: bool | None = None
+
+
+@dataclass(frozen=True)
+class RemappedRows:
+    correctable: int | None = None
+    uncorrectable: int | None = None
+    pending: bool | None = None
+    failure: bool | None = None
+
+
+@dataclass(frozen=True)
+class Gpu:
+    """One physical GPU as the host reported it."""
+
+    index: int
+    vendor: str = "nvidia"  # "nvidia" | "amd"
+    status: str = "ok"  # "ok" | "error" (GPU answered with an error, e.g. "Unknown Error")
+    status_detail: str = ""
+    name: str | None = None
+    uuid: str | None = None
+    serial: str | None = None
+    pci_bus_id: str | None = None  # normalised, see bus_key()
+    architecture: str | None = None
+    vbios_version: str | None = None
+    inforom_image: str | None = None
+    driver_version: str | None = None
+    cuda_version: str | None = None
+    memory_total_mib: int | None = None
+    memory_used_mib: int | None = None
+    ecc_mode_current: str | None = None
+    ecc_mode_pending: str | None = None
+    ecc_volatile: EccCounts = field(default_factory=EccCounts)
+    ecc_aggregate: EccCounts = field(default_factory=EccCounts)
+    retired_pages: RetiredPages = field(default_factory=RetiredPages)
+    remapped_rows: RemappedRows = field(default_factory=RemappedRows)
+    temperature_c: float | None = None
+    temperature_slowdown_c: float | None = None
+    power_draw_w: float | None = None
+    power_limit_w: float | None = None
+    utilization_gpu_pct: float | None = None
+    # Active clock-event (throttle) reasons, by nvidia-smi's element names, e.g. "hw_slowdown".
+    clock_event_reasons: tuple[str, ...] = ()
+    pcie_gen_current: int | None = None
+    pcie_gen_max: int | None = None
+    pcie_width_current: int | None = None
+    pcie_width_max: int | None = None
+    pcie_replay_count: int | None = None
+    mig_mode_current: str | None = None  # "Enabled" | "Disabled" | None (not supported)
+    mig_mode_pending: str | None = None
+    mig_devices: tuple[MigDevice, ...] = ()
+    persistence_mode: bool | None = None
+
+
+@dataclass(frozen=True)
+class XidEvent:
+    """One GPU error event read from the kernel log."""
+
+    kind: str  # "xid" | "sxid" (NVSwitch) | "fallen_off_bus" (legacy line without an XID)
+    code: int | None
+    pci_bus_id: str | None  # normalised
+    message: str
+    raw: str
+    timestamp: str | None = None  # as printed: "[ 49.26]" seconds, ISO, or ctime
+    gpu_index: int | None = None  # resolved through the GPUs' bus ids when possible
+
+
+@dataclass(frozen=True)
+class Topology:
+    """`nvidia-smi topo -m`: the GPU/NIC connection matrix and CPU/NUMA affinity."""
+
+    devices: tuple[str, ...] = ()  # row labels: GPU0.., NIC0..
+    columns: tuple[str, ...] = ()  # column labels of the matrix part
+    matrix: tuple[tuple[str, ...], ...] = ()  # matrix[row][col] e.g. "X", "NV18", "PIX", "SYS"
+    cpu_affinity: dict[str, str] = field(default_factory=dict)
+    numa_affinity: dict[str, str] = field(default_factory=dict)
+    legend: dict[str, str] = field(default_factory=dict)  # e.g. NIC0 -> mlx5_0
+
+
+@dataclass(frozen=True)
+class MigInstance:
+    """A GPU or compute instance from `nvidia-smi mig -lgi` / `-lci`."""
+
+    gpu: int
+    profile_name: str  # e.g. "MIG 1g.6gb" or "1g.6gb"
+    profile_id: int | None
+    instance_id: int | None
+    placement: str | None = None  # "start:size" for GPU instances
+    gpu_instance_id: int | None = None  # for compute instances
+
+
+@dataclass(frozen=True)
+class Package:
+    name: str
+    version: str
+    held: bool = False
+
+
+@dataclass(frozen=True)
+class Service:
+    name: str
+    active: str  # systemctl is-active: active | inactive | failed | unknown ...
+    enabled: str  # systemctl is-enabled: enabled | disabled | not-found ...
+
+    @property
+    def present(self) -> bool:
+        return self.enabled not in ("not-found", "") and self.active != "unknown"
+
+    @property
+    def running(self) -> bool:
+        return self.active == "active"
+
+
+@dataclass(frozen=True)
+class DeviceNode:
+    path: str
+    mode: str  # octal permission bits as stat -c %a prints them, e.g. "666"
+    owner: str = ""
+    group: str = ""
+
+    @property
+    def world_writable(self) -> bool:
+        try:
+            return bool(int(self.mode, 8) & 0o002)
+        except ValueError:
+            return False
+
+
+@dataclass(frozen=True)
+class OsInfo:
+    pretty_name: str | None = None
+    id: str | None = None
+    version_id: str | None = None
+    kernel: str | None = None
+    hostname: str | None = None
+
+
+@dataclass(frozen=True)
+class HostSnapshot:
+    host: str
+    status: HostStatus
+    collected_at: str  # ISO 8601 UTC
+    schema_version: str = SCHEMA_VERSION
+    status_detail: str = ""
+    # Inventory data the rules use: expected_gpu_count, groups, desired driver, ...
+    host_data: dict[str, Any] = field(default_factory=dict)
+    os: OsInfo = field(default_factory=OsInfo)
+    driver_version: str | None = None
+    cuda_version: str | None = None
+    driver_version_proc: str | None = None  # /proc/driver/nvidia/version first line
+    gpus: tuple[Gpu, ...] = ()
+    xid_events: tuple[XidEvent, ...] = ()
+    kernel_log_truncated: bool = False
+    topology: Topology | None = None
+    mig_gpu_instances: tuple[MigInstance, ...] = ()
+    mig_compute_instances: tuple[MigInstance, ...] = ()
+    packages: tuple[Package, ...] = ()
+    sysctls: dict[str, str] = field(default_factory=dict)
+    services: tuple[Service, ...] = ()
+    device_nodes: tuple[DeviceNode, ...] = ()
+    tools: dict[str, bool] = field(default_factory=dict)  # tool name -> present on the host
+    # Problems met while turning sections into this snapshot (section -> message).
+    parse_errors: dict[str, str] = field(default_factory=dict)
+    sections: dict[str, Section] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return _to_jsonable(self)  # type: ignore[no-any-return]
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), indent=1, sort_keys=False)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> HostSnapshot:
+        version = str(data.get("schema_version", ""))
+        if version.split(".")[0] != SCHEMA_VERSION.split(".")[0]:
+            raise ValueError(
+                f"snapshot schema {version!r} is not readable by this gpuaudit "
+                f"(reads {SCHEMA_VERSION})"
+            )
+        return _from_jsonable(cls, data)
+
+    @classmethod
+    def from_json(cls, text: str) -> HostSnapshot:
+        return cls.from_dict(json.loads(text))
+
+    def gpu_by_bus(self, pci_bus_id: str | None) -> Gpu | None:
+        key = bus_key(pci_bus_id)
+        return next((g for g in self.gpus if g.pci_bus_id == key), None) if key else None
+
+
+def bus_key(pci_bus_id: str | None) -> str | None:
+    """Normalise a PCI bus id: ``00000000:3b:00.0``, ``0000:3B:00``, ``3b:00.0`` → ``0000:3B:00.0``."""
+    if not pci_bus_id:
+        return None
+    text = pci_bus_id.strip().upper()
+    if text.startswith("PCI:"):
+        text = text[4:]
+    parts = text.split(":")
+    if len(parts) == 2:  # bus:device.function, no domain
+        parts = ["0000", *parts]
+    if len(parts) != 3:
+        return text
+    domain, bus, devfn = parts
+    domain = domain[-4:].rjust(4, "0")
+    if "." not in devfn:
+        devfn = f"{devfn}.0"
+    return f"{domain}:{bus.rjust(2, '0')}:{devfn}"
+
+
+# --- JSON (de)serialisation of the frozen dataclasses -------------------------------------------
+
+T = TypeVar("T")
+
+
+def _to_jsonable(value: Any) -> Any:
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {f.name: _to_jsonable(getattr(value, f.name)) for f in dataclasses.fields(value)}
+    if isinstance(value, Enum):
+        return value.value
+    if isinstance(value, dict):
+        return {str(k): _to_jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_to_jsonable(v) for v in value]
+    return value
+
+
+def _from_jsonable(tp: Any, data: Any) -> Any:
+    if data is None:
+        return None
+    origin = typing.get_origin(tp)
+    if origin is Union or origin is types.UnionType:
+        options = [a for a in typing.get_args(tp) if a is not type(None)]
+        return _from_jsonable(options[0], data) if len(options) == 1 else data
+    if origin is tuple:
+        (item_type, *_rest) = typing.get_args(tp)
+        return tuple(_from_jsonable(item_type, v) for v in data)
+    if origin is dict:
+        _key_type, value_type = typing.get_args(tp)
+        return {k: _from_jsonable(value_type, v) for k, v in data.items()}
+    if isinstance(tp, type) and issubclass(tp, Enum):
+        return tp(data)
+    if isinstance(tp, type) and dataclasses.is_dataclass(tp):
+        hints = typing.get_type_hints(tp)
+        known = {f.name for f in dataclasses.fields(tp)}
+        return tp(**{k: _from_jsonable(hints[k], v) for k, v in data.items() if k in known})
+    return data

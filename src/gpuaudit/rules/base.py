@@ -1,0 +1,200 @@
+"""Rule and finding types, and the registry every rule module registers into.
+
+A rule has a stable code that is never reused (GA1xx driver/software, GA2xx MIG, GA3xx
+memory/ECC/XID health, GA4xx services, GA5xx topology/PCIe/NVLink, GA6xx system/sysctl/security,
+GA7xx fleet consistency, GA8xx capacity). Host rules look at one snapshot; fleet rules look at
+all of them (drift between hosts of the same GPU model).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Any
+
+from gpuaudit.model.snapshot import HostSnapshot
+
+
+class Severity(str, Enum):
+    CRITICAL = "critical"
+    HIGH = "high"
+    MEDIUM = "medium"
+    LOW = "low"
+    INFO = "info"
+
+    @property
+    def rank(self) -> int:
+        return _SEVERITY_RANK[self]
+
+
+_SEVERITY_RANK = {
+    Severity.CRITICAL: 4,
+    Severity.HIGH: 3,
+    Severity.MEDIUM: 2,
+    Severity.LOW: 1,
+    Severity.INFO: 0,
+}
+
+
+class Owner(str, Enum):
+    INFRA = "infra"
+    ML_ENGINEERING = "ml-engineering"
+
+
+@dataclass(frozen=True)
+class Evidence:
+    fact: str  # path into the snapshot, e.g. "gpus[3].remapped_rows.pending"
+    actual: Any
+    expected: Any
+    excerpt: str = ""  # raw host output the value was read from
+
+
+@dataclass(frozen=True)
+class Finding:
+    rule: str
+    title: str
+    severity: Severity
+    category: str
+    owner: Owner
+    host: str
+    message: str
+    evidence: Evidence
+    remediation: str
+    references: tuple[str, ...] = ()
+    gpu: int | None = None
+    gpu_uuid: str | None = None
+    gpu_name: str | None = None
+    likelihood: int = 3  # 1 (rare) .. 5 (almost certain)
+    impact: int = 3  # 1 (negligible) .. 5 (severe)
+    operation: str | None = None  # the gpuaudit remediation operation that fixes it
+
+    @property
+    def score(self) -> int:
+        return self.likelihood * self.impact
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "rule": self.rule,
+            "title": self.title,
+            "severity": self.severity.value,
+            "category": self.category,
+            "owner": self.owner.value,
+            "host": self.host,
+            "gpu": self.gpu,
+            "gpu_uuid": self.gpu_uuid,
+            "gpu_name": self.gpu_name,
+            "message": self.message,
+            "likelihood": self.likelihood,
+            "impact": self.impact,
+            "score": self.score,
+            "evidence": {
+                "fact": self.evidence.fact,
+                "actual": _jsonable(self.evidence.actual),
+                "expected": _jsonable(self.evidence.expected),
+                "excerpt": self.evidence.excerpt,
+            },
+            "remediation": self.remediation,
+            "operation": self.operation,
+            "references": list(self.references),
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Finding:
+        ev = data.get("evidence") or {}
+        return cls(
+            rule=data["rule"],
+            title=data["title"],
+            severity=Severity(data["severity"]),
+            category=data["category"],
+            owner=Owner(data["owner"]),
+            host=data["host"],
+            message=data.get("message", ""),
+            evidence=Evidence(
+                ev.get("fact", ""), ev.get("actual"), ev.get("expected"), ev.get("excerpt", "")
+            ),
+            remediation=data.get("remediation", ""),
+            references=tuple(data.get("references") or ()),
+            gpu=data.get("gpu"),
+            gpu_uuid=data.get("gpu_uuid"),
+            gpu_name=data.get("gpu_name"),
+            likelihood=int(data.get("likelihood", 3)),
+            impact=int(data.get("impact", 3)),
+            operation=data.get("operation"),
+        )
+
+
+def _jsonable(value: Any) -> Any:
+    if isinstance(value, (str, int, float, bool)) or value is None:
+        return value
+    if isinstance(value, dict):
+        return {str(k): _jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple, set)):
+        return [_jsonable(v) for v in value]
+    return str(value)
+
+
+@dataclass(frozen=True)
+class RuleContext:
+    """What a rule may consult besides the snapshot: the whole fleet and the policy."""
+
+    fleet: Sequence[HostSnapshot] = ()
+    policy: dict[str, Any] = field(default_factory=dict)
+
+
+HostCheck = Callable[["Rule", HostSnapshot, RuleContext], Iterable[Finding]]
+FleetCheck = Callable[["Rule", Sequence[HostSnapshot], RuleContext], Iterable[Finding]]
+
+
+@dataclass(frozen=True)
+class Rule:
+    code: str
+    title: str
+    category: str
+    owner: Owner
+    severity: Severity
+    likelihood: int
+    impact: int
+    remediation: str
+    references: tuple[str, ...]
+    doc: str
+    operation: str | None = None
+    check_host: HostCheck | None = None
+    check_fleet: FleetCheck | None = None
+
+    def finding(
+        self,
+        snap: HostSnapshot,
+        message: str,
+        evidence: Evidence,
+        *,
+        gpu: int | None = None,
+        severity: Severity | None = None,
+        remediation: str | None = None,
+        references: tuple[str, ...] = (),
+        likelihood: int | None = None,
+        impact: int | None = None,
+    ) -> Finding:
+        """Make a finding of this rule for a host (and a GPU when given)."""
+        gpu_rec = next((g for g in snap.gpus if g.index == gpu), None) if gpu is not None else None
+        return Finding(
+            rule=self.code,
+            title=self.title,
+            severity=severity or self.severity,
+            category=self.category,
+            owner=self.owner,
+            host=snap.host,
+            message=message,
+            evidence=evidence,
+            remediation=remediation or self.remediation,
+            references=self.references + references,
+            gpu=gpu,
+            gpu_uuid=gpu_rec.uuid if gpu_rec else None,
+            gpu_name=gpu_rec.name if gpu_rec else None,
+            likelihood=likelihood or self.likelihood,
+            impact=impact or self.impact,
+            operation=self.operation,
+        )
+
+
+REGISTRY: dict[str, Rule] = {}
