@@ -1,0 +1,41 @@
+# Set-up happens on demand: `make demo` and `make test` each create .venv and install gpuaudit
+# (with its test tools) when needed, so both work on a fresh machine with python3, make and apt.
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.gpuaudit-installed
+APT    := $(shell [ "$$(id -u)" = 0 ] && echo apt-get || echo sudo apt-get)
+
+.PHONY: demo test lint fmt clean system-deps
+
+$(STAMP): pyproject.toml
+	@if ! $(PYTHON) -m venv --help >/dev/null 2>&1 || ! $(PYTHON) -c 'import ensurepip' 2>/dev/null; then \
+		echo "installing python3-venv"; $(APT) update -qq && $(APT) install -y -qq python3-venv; fi
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+	$(BIN)/python -m pip install -q -e '.[test]'
+	touch $(STAMP)
+
+# The SSH integration test starts a real sshd on 127.0.0.1.
+system-deps:
+	@command -v sshd >/dev/null 2>&1 || [ -x /usr/sbin/sshd ] || { \
+		echo "installing openssh-server"; $(APT) update -qq && \
+		DEBIAN_FRONTEND=noninteractive $(APT) install -y -qq openssh-server openssh-client; }
+
+demo: $(STAMP)
+	$(BIN)/gpuaudit audit inventory/demo.py
+
+test: $(STAMP) system-deps
+	$(BIN)/pytest -q
+
+lint: $(STAMP)
+	$(BIN)/ruff check src tests deploys inventory benchmarks config.py
+	$(BIN)/ruff format --check src tests deploys inventory benchmarks config.py
+	$(BIN)/mypy
+
+fmt: $(STAMP)
+	$(BIN)/ruff format src tests deploys inventory benchmarks config.py
+	$(BIN)/ruff check --fix src tests deploys inventory benchmarks config.py
+
+clean:
+	rm -rf $(VENV) .gpuaudit-sim build *.egg-info

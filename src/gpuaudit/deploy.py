@@ -1,0 +1,167 @@
+"""The audit as pyinfra deploy code: collect each host once, write its snapshot as it arrives,
+then write the risk register once for the whole run.
+
+``deploys/audit.py`` calls :func:`audit`. Two operations are queued per run:
+
+1. on every host, ``GpuAuditSections`` (one remote command) → snapshot JSON in the run directory;
+2. once, after every host has finished step 1: snapshots of hosts that never connected are
+   added as ``unreachable`` and ``register.json`` / ``index.html`` are written.
+
+pyinfra runs an operation on all hosts (in parallel) before starting the next, which is what
+makes step 2 see the whole fleet.
+
+Settings come from the environment so the same deploy file serves prod and the demo:
+``GPUAUDIT_REPORTS_DIR`` (default ``reports``), ``GPUAUDIT_RUN_ID`` (default: UTC time),
+``GPUAUDIT_TIMEOUT`` (seconds for one host's collection, default 300).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from datetime import datetime, timezone
+from typing import Any
+
+from pyinfra import logger, state
+from pyinfra.api.host import Host
+from pyinfra.api.state import BaseStateCallback, State
+from pyinfra.context import ctx_state
+from pyinfra.operations import python
+
+from gpuaudit.collect import new_nonce
+from gpuaudit.facts.gpu import GpuAuditSections
+from gpuaudit.model.build import build_snapshot, failed_snapshot, unreachable_snapshot
+from gpuaudit.parsers.bundle import Bundle
+from gpuaudit.report.run import RunDir, new_run_dir
+
+# Inventory data copied into snapshots. Only these keys: host data also holds connection
+# settings (ssh_password, keys) that must never reach a report.
+HOST_DATA_KEYS = (
+    "expected_gpu_count",
+    "gpu_model",
+    "gpu_vendor",
+    "desired_driver_version",
+    "desired_driver_branch",
+    "required_cuda_versions",
+    "rollout_stage",
+    "site",
+    "rack",
+    "owner",
+)
+
+_runs: dict[int, RunDir] = {}
+_connect_errors: dict[str, str] = {}
+
+
+class _ConnectErrorRecorder(BaseStateCallback):
+    @staticmethod
+    def host_connect_error(state: State, host: Host, error: Any) -> None:
+        _connect_errors[host.name] = str(error) or type(error).__name__
+
+
+def record_connect_errors() -> None:
+    """Keep each host's connection error for the register (called from pyinfra's config.py,
+    which runs before pyinfra connects)."""
+    state.add_callback_handler(_ConnectErrorRecorder())
+
+
+def host_data_for_snapshot(h: Host) -> dict[str, Any]:
+    data: dict[str, Any] = {
+        key: h.data.get(key) for key in HOST_DATA_KEYS if h.data.get(key) is not None
+    }
+    data["groups"] = sorted(g for g in h.groups if g != "all")
+    return data
+
+
+def _now() -> str:
+    return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def current_run() -> RunDir:
+    """The run directory shared by every host of this pyinfra run."""
+    key = id(ctx_state.get())
+    if key not in _runs:
+        _runs[key] = new_run_dir(
+            os.environ.get("GPUAUDIT_REPORTS_DIR", "reports"),
+            os.environ.get("GPUAUDIT_RUN_ID") or None,
+        )
+        logger.info(f"--> gpuaudit run directory: {_runs[key].path}")
+    return _runs[key]
+
+
+def collect_host(state: State, host: Host, run: RunDir) -> None:
+    """Collect one host and write its snapshot. Never raises: a sick host is a finding."""
+    host_data = host_data_for_snapshot(host)
+    started = _now()
+    timeout = int(os.environ.get("GPUAUDIT_TIMEOUT", "300"))
+    try:
+        raw = host.get_fact(GpuAuditSections, nonce=new_nonce(), _timeout=timeout)
+        bundle = Bundle.from_dict(raw)
+        if not bundle.sections:
+            problem = "; ".join(bundle.problems) or "no output"
+            snapshot = failed_snapshot(
+                host.name,
+                f"collection did not complete within {timeout}s or was cut off: {problem}",
+                host_data=host_data,
+                collected_at=started,
+            )
+        else:
+            snapshot = build_snapshot(
+                host.name, bundle, host_data=host_data, collected_at=started
+            )
+    except Exception as error:  # any failure on one host stays on that host
+        logging.getLogger(__name__).debug("collection failed on %s", host.name, exc_info=True)
+        snapshot = failed_snapshot(
+            host.name,
+            f"collection failed: {type(error).__name__}: {error}",
+            host_data=host_data,
+            collected_at=started,
+        )
+    path = run.write_snapshot(snapshot)
+    logger.info(f"{host.print_prefix}gpuaudit snapshot: {snapshot.status.value} → {path}")
+
+
+def write_register(state: State, host: Host, run: RunDir) -> None:
+    """Add snapshots for hosts that never answered, then write the register and the page."""
+    collected = {s.host for s in run.load_snapshots()}
+    for other in state.inventory:
+        if other.name in collected:
+            continue
+        detail = _connect_errors.get(other.name)
+        if other in state.failed_hosts and not other.connected:
+            run.write_snapshot(
+                unreachable_snapshot(
+                    other.name,
+                    detail or "could not connect (the connection error is in pyinfra's log)",
+                    host_data=host_data_for_snapshot(other),
+                    collected_at=_now(),
+                )
+            )
+        elif state.is_host_in_limit(other):
+            run.write_snapshot(
+                failed_snapshot(
+                    other.name,
+                    detail or "the host failed before its collection finished",
+                    host_data=host_data_for_snapshot(other),
+                    collected_at=_now(),
+                )
+            )
+    index = run.write_report(run.load_snapshots())
+    logger.info(f"--> gpuaudit risk register: {index}")
+    print(f"gpuaudit report: {index}")
+
+
+def audit() -> None:
+    """Queue the audit for the current host (call from a deploy file)."""
+    run = current_run()
+    python.call(
+        name="gpuaudit: collect every audit section (one remote command)",
+        function=collect_host,
+        run=run,
+    )
+    python.call(
+        name="gpuaudit: write the risk register",
+        function=write_register,
+        run=run,
+        _run_once=True,
+    )

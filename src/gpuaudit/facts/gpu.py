@@ -1,0 +1,44 @@
+"""pyinfra facts of gpuaudit.
+
+``GpuAuditSections`` is the audit's single remote command: the collector script gathers every
+section (nvidia-smi XML, topology, MIG, kernel log, driver packages, sysctls, services, device
+nodes, rocm-smi ...) in one round trip, and ``process`` is pure: it only unframes the sections.
+Parsing them into a snapshot happens in :mod:`gpuaudit.model.build`, away from pyinfra.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pyinfra.api import FactBase
+
+from gpuaudit.collect import collector_script, new_nonce
+from gpuaudit.parsers.bundle import parse_bundle
+
+
+class GpuAuditSections(FactBase[dict[str, Any]]):
+    """
+    Every gpuaudit section of a host, collected by one shell script.
+
+    .. code:: python
+
+        sections = host.get_fact(GpuAuditSections)
+        sections["sections"]["nvidia_smi_xml"]["stdout"]
+
+    Returns ``{"complete": bool, "problems": [...], "sections": {name: {"rc", "stdout",
+    "stderr", "truncated"}}}``. A missing tool or a driver that does not answer shows as that
+    section's ``rc`` and ``stderr``; the script itself always exits 0.
+    """
+
+    @staticmethod
+    def default() -> dict[str, Any]:
+        # Not collectable: the command did not run to completion (connection lost, killed).
+        return {"complete": False, "problems": ["collector produced no output"], "sections": {}}
+
+    def command(self, nonce: str | None = None) -> str:
+        # A per-run nonce in the section markers keeps host output (kernel log lines, GPU
+        # names) from ever being read as framing.
+        return collector_script(nonce or new_nonce())
+
+    def process(self, output: list[str]) -> dict[str, Any]:
+        return parse_bundle(output).to_dict()

@@ -1,0 +1,101 @@
+"""Data-driven fact tests in pyinfra's layout: tests/facts/<module.Fact>/<case>.json holds the
+fact's arguments, the host's output lines and the fact value they must give."""
+
+from __future__ import annotations
+
+import json
+import shlex
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from gpuaudit.collect import collector_script
+from gpuaudit.facts.gpu import GpuAuditSections
+
+HERE = Path(__file__).parent
+FACTS = {"gpu.GpuAuditSections": GpuAuditSections}
+CASES = sorted(HERE.glob("*/*.json"))
+
+EXPECTED_SECTIONS = {
+    "meta", "tools", "os_release", "nvidia_smi_xml", "nvidia_topo", "mig_gi", "mig_ci",
+    "driver_proc", "kernel_log", "packages", "package_holds", "sysctl", "services",
+    "device_nodes", "lspci", "rocm_smi",
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("case", CASES, ids=lambda p: f"{p.parent.name}/{p.stem}")
+def test_fact_case(case: Path) -> None:
+    data = json.loads(case.read_text(encoding="utf-8"))
+    fact = FACTS[case.parent.name]()
+    command = fact.command(**data.get("arg", {}))
+    assert command == collector_script(data["arg"]["nonce"])
+    assert fact.process(data["output"]) == data["fact"]
+
+
+def test_every_case_folder_names_a_known_fact() -> None:
+    assert {p.parent.name for p in CASES} == set(FACTS)
+
+
+def test_command_is_one_script_running_every_section() -> None:
+    command = GpuAuditSections().command(nonce="t0t0")
+    for section in EXPECTED_SECTIONS:
+        assert f"ga_section {section} " in command
+    # No nonce given: each run gets a fresh one.
+    assert GpuAuditSections().command() != GpuAuditSections().command()
+
+
+def test_nonce_cannot_inject_shell() -> None:
+    with pytest.raises(ValueError):
+        GpuAuditSections().command(nonce="x; rm -rf /")
+
+
+def test_default_marks_not_collectable() -> None:
+    assert GpuAuditSections.default()["complete"] is False
+
+
+def test_collector_runs_in_a_real_shell_without_gpu_tools(tmp_path: Path) -> None:
+    """On a machine with no GPU tooling every section is still framed and reports why."""
+    script = collector_script("real01")
+    empty_path = tmp_path / "bin"
+    empty_path.mkdir()
+    result = subprocess.run(
+        ["sh", "-c", f"PATH=/usr/bin:/bin; export PATH; {script}"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    fact = GpuAuditSections().process(result.stdout.splitlines())
+    assert fact["complete"] is True
+    assert fact["problems"] == []
+    assert set(fact["sections"]) == EXPECTED_SECTIONS
+    sections = fact["sections"]
+    if "nvidia-smi=0" in sections["tools"]["stdout"]:
+        assert sections["nvidia_smi_xml"]["rc"] == 127
+        assert "nvidia-smi: command not found" in sections["nvidia_smi_xml"]["stderr"]
+    assert "kernel=" in sections["meta"]["stdout"]
+    assert sections["os_release"]["rc"] == 0
+
+
+def test_collector_reads_files_under_gpuaudit_root(tmp_path: Path) -> None:
+    (tmp_path / "proc/driver/nvidia").mkdir(parents=True)
+    (tmp_path / "proc/driver/nvidia/version").write_text(
+        "NVRM version: NVIDIA UNIX x86_64 Kernel Module  550.127.05  Tue Oct  8 03:22:07 UTC 2024\n"
+    )
+    (tmp_path / "proc/sys/net/core").mkdir(parents=True)
+    (tmp_path / "proc/sys/net/core/rmem_max").write_text("212992\n")
+    (tmp_path / "dev").mkdir()
+    (tmp_path / "dev/nvidia0").write_text("")
+    (tmp_path / "dev/nvidia0").chmod(0o666)
+    script = collector_script("root01")
+    result = subprocess.run(
+        ["sh", "-c", f"GPUAUDIT_ROOT={shlex.quote(str(tmp_path))}; export GPUAUDIT_ROOT; {script}"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    sections = GpuAuditSections().process(result.stdout.splitlines())["sections"]
+    assert "550.127.05" in sections["driver_proc"]["stdout"]
+    assert sections["sysctl"]["stdout"] == "net.core.rmem_max = 212992\n"
+    assert sections["device_nodes"]["stdout"].startswith("666 ")
+    assert sections["device_nodes"]["stdout"].rstrip().endswith("/dev/nvidia0")
