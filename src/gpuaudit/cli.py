@@ -14,7 +14,6 @@ import os
 import subprocess
 import sys
 from collections.abc import Sequence
-from datetime import datetime, timezone
 from importlib.resources import files
 from pathlib import Path
 
@@ -29,16 +28,17 @@ def _open_at_or_above(register: dict, threshold: str) -> int:
 
 
 def cmd_audit(args: argparse.Namespace) -> int:
-    run_id = args.run_id or datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
-    reports = Path(args.reports_dir).resolve()
-    env = dict(os.environ, GPUAUDIT_RUN_ID=run_id, GPUAUDIT_REPORTS_DIR=str(reports))
+    from gpuaudit.report.run import new_run_dir
+
+    run = new_run_dir(args.reports_dir, args.run_id)
+    env = dict(os.environ, GPUAUDIT_RUN_DIR=str(Path(run.path).resolve()))
     config = str(files("gpuaudit").joinpath("pyinfra_config.py"))
     command = [sys.executable, "-m", "pyinfra", "-y", "--config", config, args.inventory]
     command += [*args.pyinfra_args, "gpuaudit.deploy.audit"]
     # pyinfra exits 1 whenever a host failed; for an audit that is a finding, so the exit status
     # here comes from the register (and --fail-on), not from pyinfra.
     pyinfra = subprocess.run(command, env=env, check=False)
-    register_path = reports / run_id / "register.json"
+    register_path = Path(run.register_path)
     if not register_path.exists():
         print(f"gpuaudit: no register was written (pyinfra exit {pyinfra.returncode})", file=sys.stderr)
         return 2
@@ -54,13 +54,13 @@ def cmd_audit(args: argparse.Namespace) -> int:
 
 
 def cmd_report(args: argparse.Namespace) -> int:
-    from gpuaudit.report.run import RunDir
+    from gpuaudit.report.run import rebuild
 
-    run = RunDir(Path(args.run_dir))
-    if not run.path.is_dir():
-        print(f"gpuaudit: {run.path} is not a run directory", file=sys.stderr)
+    try:
+        index = rebuild(Path(args.run_dir))
+    except FileNotFoundError as error:
+        print(f"gpuaudit: {error}", file=sys.stderr)
         return 2
-    index = run.write_report(run.load_snapshots())
     print(f"gpuaudit report: {index}")
     return 0
 

@@ -11,8 +11,9 @@ pyinfra runs an operation on all hosts (in parallel) before starting the next, w
 makes step 2 see the whole fleet.
 
 Settings come from the environment so the same deploy file serves prod and the demo:
-``GPUAUDIT_REPORTS_DIR`` (default ``reports``), ``GPUAUDIT_RUN_ID`` (default: UTC time),
-``GPUAUDIT_TIMEOUT`` (seconds for one host's collection, default 300).
+``GPUAUDIT_RUN_DIR`` (use exactly this run directory), else ``GPUAUDIT_REPORTS_DIR`` (default
+``reports``) and ``GPUAUDIT_RUN_ID`` (default: UTC time) name a new one; ``GPUAUDIT_TIMEOUT``
+(seconds for one host's collection, default 300).
 """
 
 from __future__ import annotations
@@ -80,6 +81,8 @@ def _now() -> str:
 def current_run() -> RunDir:
     """The run directory shared by every host of this pyinfra run."""
     key = id(ctx_state.get())
+    if key not in _runs and os.environ.get("GPUAUDIT_RUN_DIR"):
+        _runs[key] = RunDir(os.environ["GPUAUDIT_RUN_DIR"])
     if key not in _runs:
         _runs[key] = new_run_dir(
             os.environ.get("GPUAUDIT_REPORTS_DIR", "reports"),

@@ -121,4 +121,4 @@ def _kernel_log_truncated(name: str, stderr: str) -> bool:
     if name != "kernel_log":
         return False
     match = _KLOG_STATS.search(stderr)
-    return bool(match) and int(match.group(1)) > int(match.group(2))
+    return match is not None and int(match.group(1)) > int(match.group(2))

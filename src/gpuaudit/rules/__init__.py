@@ -1,0 +1,126 @@
+"""The risk rules, and ``evaluate()`` which runs them over a fleet's snapshots.
+
+Importing this package registers every rule (each module registers its rules on import).
+Rules are pure: snapshot + fleet + policy in, findings out; no pyinfra, no I/O.
+
+Codes: GA0xx the audit itself, GA1xx driver/software, GA2xx MIG, GA3xx memory/ECC/XID health
+and clock slowdowns, GA4xx services, GA5xx topology/PCIe, GA6xx system/sysctl/security,
+GA7xx fleet consistency. A code is never reused.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import traceback
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from functools import partial
+from typing import Any
+
+from gpuaudit.model.snapshot import HostSnapshot
+from gpuaudit.rules import audit, fleet, health, mig, services, software, system, topology, xid
+from gpuaudit.rules.audit import NOT_COLLECTED, rule_failed
+from gpuaudit.rules.base import REGISTRY, Evidence, Finding, Rule, RuleContext, Severity
+from gpuaudit.rules.policy_defaults import DEFAULT_POLICY, effective_policy
+
+__all__ = [
+    "DEFAULT_POLICY",
+    "FLEET_HOST",
+    "all_rules",
+    "evaluate",
+    "sort_findings",
+]
+
+# Keep the rule modules referenced: importing them is what registers their rules.
+_RULE_MODULES = (audit, software, mig, xid, health, services, topology, system, fleet)
+
+# The host name a fleet rule's failure is filed under (it belongs to no single host).
+FLEET_HOST = "(fleet)"
+
+
+def all_rules() -> list[Rule]:
+    """Every registered rule, sorted by code."""
+    return sorted(REGISTRY.values(), key=lambda r: r.code)
+
+
+def evaluate(
+    snapshots: Sequence[HostSnapshot], policy: Mapping[str, Any] | None = None
+) -> list[Finding]:
+    """Run the host rules on each snapshot and the fleet rules once; return sorted findings.
+
+    ``policy`` is merged over the defaults (policy_defaults.DEFAULT_POLICY); per-host values
+    from ``snapshot.host_data`` are merged over that by the rules. Hosts that could not be
+    collected only get the rules that report on collection (GA001). A rule that raises becomes
+    a GA000 finding for that host (or for the fleet) instead of ending the audit. The policy's
+    ``disabled_rules`` and ``severity_overrides`` are applied last.
+    """
+    merged = effective_policy(policy)
+    ctx = RuleContext(fleet=tuple(snapshots), policy=merged)
+    disabled = {str(code) for code in merged.get("disabled_rules") or ()}
+    findings: list[Finding] = []
+    for rule in all_rules():
+        if rule.code in disabled:
+            continue
+        if rule.check_host is not None:
+            check_host = rule.check_host
+            for snap in snapshots:
+                if snap.status in NOT_COLLECTED and not rule.runs_without_data:
+                    continue
+                findings.extend(_guarded(rule, snap.host, partial(check_host, rule, snap, ctx)))
+        if rule.check_fleet is not None:
+            check_fleet = rule.check_fleet
+            findings.extend(_guarded(rule, FLEET_HOST, partial(check_fleet, rule, ctx.fleet, ctx)))
+    overrides = merged.get("severity_overrides") or {}
+    findings = [_override_severity(f, overrides) for f in findings]
+    return sort_findings(findings)
+
+
+def sort_findings(findings: Iterable[Finding]) -> list[Finding]:
+    """Most severe first, then by host, rule and GPU (host-wide findings before per-GPU ones)."""
+    return sorted(
+        findings,
+        key=lambda f: (-f.severity.rank, f.host, f.rule, -1 if f.gpu is None else f.gpu),
+    )
+
+
+def _guarded(rule: Rule, host: str, run: Callable[[], Iterable[Finding]]) -> list[Finding]:
+    # list() inside the try: checks are generators and raise only when iterated.
+    try:
+        return list(run())
+    except Exception as exc:  # any rule bug must become a finding, not a crash
+        return [_failure(rule, host, exc)]
+
+
+def _failure(rule: Rule, host: str, exc: Exception) -> Finding:
+    failed = rule_failed()
+    tail = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__)[-3:])
+    return Finding(
+        rule=failed.code,
+        title=failed.title,
+        severity=failed.severity,
+        category=failed.category,
+        owner=failed.owner,
+        host=host,
+        message=f"Rule {rule.code} ({rule.title}) failed: {type(exc).__name__}: {exc}",
+        evidence=Evidence(
+            fact=rule.code,
+            actual=f"{type(exc).__name__}: {exc}",
+            expected="the rule evaluates",
+            excerpt=tail.strip()[-2000:],
+        ),
+        remediation=failed.remediation,
+        references=failed.references,
+        likelihood=failed.likelihood,
+        impact=failed.impact,
+    )
+
+
+def _override_severity(finding: Finding, overrides: Mapping[str, Any]) -> Finding:
+    wanted = overrides.get(finding.rule)
+    if not wanted:
+        return finding
+    try:
+        severity = Severity(str(wanted).lower())
+    except ValueError:
+        note = f" (policy severity override {wanted!r} ignored: not a severity)"
+        return dataclasses.replace(finding, message=finding.message + note)
+    return dataclasses.replace(finding, severity=severity)

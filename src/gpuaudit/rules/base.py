@@ -8,10 +8,12 @@ all of them (drift between hosts of the same GPU model).
 
 from __future__ import annotations
 
+import inspect
+import re
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import Any
+from typing import Any, TypeVar
 
 from gpuaudit.model.snapshot import HostSnapshot
 
@@ -161,6 +163,9 @@ class Rule:
     operation: str | None = None
     check_host: HostCheck | None = None
     check_fleet: FleetCheck | None = None
+    # Most rules read collected data; a host that could not be collected would only make them
+    # report its absence over and over. Rules that report on the collection itself set this.
+    runs_without_data: bool = False
 
     def finding(
         self,
@@ -174,6 +179,7 @@ class Rule:
         references: tuple[str, ...] = (),
         likelihood: int | None = None,
         impact: int | None = None,
+        owner: Owner | None = None,
     ) -> Finding:
         """Make a finding of this rule for a host (and a GPU when given)."""
         gpu_rec = next((g for g in snap.gpus if g.index == gpu), None) if gpu is not None else None
@@ -182,7 +188,7 @@ class Rule:
             title=self.title,
             severity=severity or self.severity,
             category=self.category,
-            owner=self.owner,
+            owner=owner or self.owner,
             host=snap.host,
             message=message,
             evidence=evidence,
@@ -198,3 +204,83 @@ class Rule:
 
 
 REGISTRY: dict[str, Rule] = {}
+
+_CODE = re.compile(r"^GA\d{3}$")
+
+CheckT = TypeVar("CheckT", bound=Callable[..., Iterable[Finding]])
+
+
+def register(new: Rule) -> Rule:
+    """Add a rule to the registry, refusing what would make the register ambiguous.
+
+    Codes are never reused, so a second rule under a known code is an error, not an update;
+    re-registering the very same check (a module imported twice) is tolerated.
+    """
+    problems = []
+    if not _CODE.match(new.code):
+        problems.append("code must look like GA123")
+    if not new.doc.strip():
+        problems.append("a docstring saying what it checks, why, the evidence and the remedy")
+    if not new.references:
+        problems.append("at least one reference")
+    if not new.remediation.strip():
+        problems.append("remediation text")
+    if not (1 <= new.likelihood <= 5 and 1 <= new.impact <= 5):
+        problems.append("likelihood and impact between 1 and 5")
+    if problems:
+        raise ValueError(f"rule {new.code}: needs " + "; ".join(problems))
+    known = REGISTRY.get(new.code)
+    if known is not None and _check_name(known) != _check_name(new):
+        raise ValueError(f"rule code {new.code} is already taken by {_check_name(known)}")
+    REGISTRY[new.code] = new
+    return new
+
+
+def _check_name(r: Rule) -> str:
+    check = r.check_host or r.check_fleet
+    return f"{check.__module__}.{check.__qualname__}" if check else f"<{r.code}>"
+
+
+def rule(
+    code: str,
+    title: str,
+    *,
+    category: str,
+    owner: Owner,
+    severity: Severity,
+    likelihood: int,
+    impact: int,
+    remediation: str,
+    references: Sequence[str],
+    operation: str | None = None,
+    fleet: bool = False,
+    runs_without_data: bool = False,
+) -> Callable[[CheckT], CheckT]:
+    """Register the decorated check function as a rule; its docstring becomes the rule's doc.
+
+    A host check is called as ``check(rule, snapshot, context)``, a fleet check (``fleet=True``)
+    as ``check(rule, snapshots, context)``; both return an iterable of findings.
+    """
+
+    def decorate(check: CheckT) -> CheckT:
+        register(
+            Rule(
+                code=code,
+                title=title,
+                category=category,
+                owner=owner,
+                severity=severity,
+                likelihood=likelihood,
+                impact=impact,
+                remediation=remediation,
+                references=tuple(references),
+                doc=inspect.cleandoc(check.__doc__ or ""),
+                operation=operation,
+                check_host=None if fleet else check,
+                check_fleet=check if fleet else None,
+                runs_without_data=runs_without_data,
+            )
+        )
+        return check
+
+    return decorate

@@ -1,0 +1,127 @@
+"""The risk register as data: the ``register.json`` contract every renderer reads.
+
+The register is a plain, versioned dict so that the HTML page, CSV / Markdown / JUnit /
+Prometheus views and outside tools all read the same thing. Its shape::
+
+    schema_version  "1.0" (major bumps on breaking changes; minors only add keys)
+    generated_at    ISO 8601 UTC
+    run_id          e.g. "20261129T161000Z" (None when the register is not tied to a run)
+    summary         counts: findings by severity / category / owner, hosts by status, GPUs
+    hosts           one entry per snapshot, unreachable and failed hosts included
+    findings        Finding.to_dict() each, most severe first
+
+Every count map lists all known keys (zeros included) so consumers never need ``.get``;
+ordering is fully deterministic so two registers of the same input compare equal byte for byte.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterable, Sequence
+from datetime import datetime, timezone
+from typing import Any
+
+from gpuaudit.model.snapshot import Gpu, HostSnapshot, HostStatus
+from gpuaudit.rules.base import Finding, Owner, Severity
+
+REGISTER_SCHEMA_VERSION = "1.0"
+
+# Most severe first: the order counts and findings are presented in everywhere.
+SEVERITY_ORDER: tuple[Severity, ...] = tuple(sorted(Severity, key=lambda s: -s.rank))
+
+
+def utc_now_iso() -> str:
+    return datetime.now(timezone.utc).replace(microsecond=0).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def finding_sort_key(finding: Finding) -> tuple[Any, ...]:
+    """Most severe first, then highest risk score, then stable by rule, host, GPU and text."""
+    return (
+        -finding.severity.rank,
+        -finding.score,
+        finding.rule,
+        finding.host,
+        -1 if finding.gpu is None else finding.gpu,
+        finding.message,
+        finding.evidence.fact,
+    )
+
+
+def sort_findings(findings: Iterable[Finding]) -> list[Finding]:
+    return sorted(findings, key=finding_sort_key)
+
+
+def sort_snapshots(snapshots: Iterable[HostSnapshot]) -> list[HostSnapshot]:
+    return sorted(snapshots, key=lambda s: (s.host, s.collected_at))
+
+
+def gpu_entry(gpu: Gpu) -> dict[str, Any]:
+    return {
+        "index": gpu.index,
+        "name": gpu.name,
+        "uuid": gpu.uuid,
+        "pci_bus_id": gpu.pci_bus_id,
+        "vbios": gpu.vbios_version,
+        "memory_total_mib": gpu.memory_total_mib,
+        "status": gpu.status,
+    }
+
+
+def host_entry(snapshot: HostSnapshot, by_severity: Counter[Severity]) -> dict[str, Any]:
+    """One host row; ``by_severity`` counts the findings on this host."""
+    return {
+        "name": snapshot.host,
+        "status": snapshot.status.value,
+        "status_detail": snapshot.status_detail,
+        "collected_at": snapshot.collected_at,
+        "snapshot_schema_version": snapshot.schema_version,
+        "driver_version": snapshot.driver_version,
+        "cuda_version": snapshot.cuda_version,
+        "os": snapshot.os.pretty_name,
+        "kernel": snapshot.os.kernel,
+        "gpus": [gpu_entry(g) for g in sorted(snapshot.gpus, key=lambda g: g.index)],
+        "finding_count": sum(by_severity.values()),
+        "findings_by_severity": {s.value: by_severity.get(s, 0) for s in SEVERITY_ORDER},
+    }
+
+
+def build_summary(snapshots: Sequence[HostSnapshot], findings: Sequence[Finding]) -> dict[str, Any]:
+    severities = Counter(f.severity for f in findings)
+    categories = Counter(f.category for f in findings)
+    owners = Counter(f.owner for f in findings)
+    statuses = Counter(s.status for s in snapshots)
+    return {
+        "host_count": len(snapshots),
+        "gpu_count": sum(len(s.gpus) for s in snapshots),
+        "finding_count": len(findings),
+        "findings_by_severity": {s.value: severities.get(s, 0) for s in SEVERITY_ORDER},
+        # Categories are open-ended (rules name them): list the ones present, by name.
+        "findings_by_category": {c: categories[c] for c in sorted(categories)},
+        "findings_by_owner": {o.value: owners.get(o, 0) for o in Owner},
+        "hosts_by_status": {st.value: statuses.get(st, 0) for st in HostStatus},
+        # Hosts the audit could not fully see: the first thing a reader must know.
+        "hosts_not_ok": sorted({s.host for s in snapshots if s.status is not HostStatus.OK}),
+    }
+
+
+def build_register(
+    snapshots: Sequence[HostSnapshot],
+    findings: Sequence[Finding],
+    *,
+    generated_at: str | None = None,
+    run_id: str | None = None,
+) -> dict[str, Any]:
+    """Assemble the register dict (JSON-ready) from snapshots and the findings on them."""
+    ordered_snapshots = sort_snapshots(snapshots)
+    ordered_findings = sort_findings(findings)
+    per_host: dict[str, Counter[Severity]] = {}
+    for finding in ordered_findings:
+        per_host.setdefault(finding.host, Counter())[finding.severity] += 1
+    return {
+        "schema_version": REGISTER_SCHEMA_VERSION,
+        "generated_at": generated_at or utc_now_iso(),
+        "run_id": run_id,
+        "summary": build_summary(ordered_snapshots, ordered_findings),
+        "hosts": [host_entry(s, per_host.get(s.host, Counter())) for s in ordered_snapshots],
+        "findings": [f.to_dict() for f in ordered_findings],
+    }

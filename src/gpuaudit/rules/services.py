@@ -1,0 +1,225 @@
+"""GA4xx: host services the GPUs depend on (persistence daemon, fabric manager)."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from gpuaudit.model.snapshot import HostSnapshot, Package, Service
+from gpuaudit.rules import refs
+from gpuaudit.rules.base import Evidence, Finding, Owner, Rule, RuleContext, Severity, rule
+from gpuaudit.rules.evidence import gpu_label, section_excerpt
+from gpuaudit.rules.policy_defaults import host_policy
+from gpuaudit.rules.software import host_driver_version
+
+PERSISTENCED = "nvidia-persistenced"
+FABRIC_MANAGER = "nvidia-fabricmanager"
+_NVSWITCH_NODE = re.compile(r"/dev/nvidia-nvswitch\d+$")
+_NVLINK_CELL = re.compile(r"^NV\d+$")
+
+
+def _service(snap: HostSnapshot, name: str) -> Service | None:
+    return next((s for s in snap.services if s.name == name), None)
+
+
+@rule(
+    "GA401",
+    "Persistence mode off",
+    category="services",
+    owner=Owner.INFRA,
+    severity=Severity.MEDIUM,
+    likelihood=4,
+    impact=2,
+    remediation=(
+        "Enable and start nvidia-persistenced (systemctl enable --now nvidia-persistenced) so "
+        "persistence mode is on for every GPU and survives reboots."
+    ),
+    references=(refs.PERSISTENCE, refs.REF_PCIE_SERVICES, refs.SEED_F3_DRIVER),
+    operation="gpuaudit.operations.persistence.enable",
+)
+def persistence_off(rule: Rule, snap: HostSnapshot, ctx: RuleContext) -> Iterable[Finding]:
+    """Persistence mode is off on a GPU, or kept on without nvidia-persistenced.
+
+    Checks: each NVIDIA GPU's persistence mode (one finding per GPU that has it off, naming the
+    daemon's state); when every GPU has it on but nvidia-persistenced is not running, one
+    low-severity host finding (set by the legacy ``nvidia-smi -pm 1``, lost at reboot).
+    Silent when policy ``persistence_mode_required`` is false.
+    Why: without persistence the driver tears a GPU's state down whenever no process holds it:
+    every job start pays the initialisation (seconds per GPU), nvidia-smi is slow, and the
+    reference notes ask for it on every compute node.
+    Evidence: the persistence mode per GPU and the daemon's systemctl state.
+    Remediation: enable nvidia-persistenced (gpuaudit.operations.persistence.enable).
+    """
+    if not host_policy(snap, ctx.policy).get("persistence_mode_required", True):
+        return
+    daemon = _service(snap, PERSISTENCED)
+    daemon_state = (
+        "unknown (no service list)"
+        if daemon is None
+        else ("not installed" if not daemon.present else f"{daemon.active}/{daemon.enabled}")
+    )
+    nvidia = [g for g in snap.gpus if g.vendor == "nvidia"]
+    off = [g for g in nvidia if g.persistence_mode is False]
+    for gpu in off:
+        yield rule.finding(
+            snap,
+            f"{gpu_label(gpu)} has persistence mode off (nvidia-persistenced: {daemon_state}).",
+            Evidence(
+                fact=f"gpus[{gpu.index}].persistence_mode",
+                actual=False,
+                expected=True,
+                excerpt=f"{PERSISTENCED}: {daemon_state}",
+            ),
+            gpu=gpu.index,
+        )
+    if off or daemon is None or daemon.running:
+        return
+    if any(g.persistence_mode for g in nvidia):
+        yield rule.finding(
+            snap,
+            f"Persistence mode is on, but {PERSISTENCED} is {daemon_state}: the setting was made "
+            "with nvidia-smi -pm 1 and is lost at the next reboot.",
+            Evidence(
+                fact=f"services[{PERSISTENCED}]",
+                actual=daemon_state,
+                expected="active/enabled",
+                excerpt=section_excerpt(snap, "services"),
+            ),
+            severity=Severity.LOW,
+            likelihood=3,
+        )
+
+
+def nvswitch_reason(snap: HostSnapshot, policy: Mapping[str, Any]) -> str | None:
+    """Why the host looks like an NVSwitch (HGX/DGX) system, or None.
+
+    In order of strength: NVSwitch device nodes (/dev/nvidia-nvswitchN, created by the nvswitch
+    driver for the switches it found); SXid lines (only NVSwitches log them); at least
+    ``nvswitch_min_gpus`` GPUs whose name matches ``nvswitch_gpu_name_patterns`` (models sold as
+    SXM boards) and none of ``nvswitch_gpu_name_exclusions`` (their PCIe / NVL cards); or
+    ``topo -m`` showing NV# links between every pair of at least ``nvswitch_min_gpus`` GPUs.
+    The count threshold (default 8) is deliberate: 4-GPU HGX boards and DGX Stations wire NVLink
+    directly between GPUs, with no switch and no fabric manager.
+    """
+    nodes = [n.path for n in snap.device_nodes if _NVSWITCH_NODE.search(n.path)]
+    if nodes:
+        return f"NVSwitch device nodes present ({', '.join(sorted(nodes)[:4])})"
+    if any(e.kind == "sxid" for e in snap.xid_events):
+        return "the kernel log has NVSwitch SXid lines"
+    min_gpus = int(policy.get("nvswitch_min_gpus", 8))
+    patterns = [str(p).lower() for p in policy.get("nvswitch_gpu_name_patterns", ())]
+    exclusions = [str(p).lower() for p in policy.get("nvswitch_gpu_name_exclusions", ())]
+    sxm = [
+        g
+        for g in snap.gpus
+        if g.name
+        and any(p in g.name.lower() for p in patterns)
+        and not any(x in g.name.lower() for x in exclusions)
+    ]
+    if len(sxm) >= min_gpus:
+        return f"{len(sxm)} × {sxm[0].name} (an NVSwitch baseboard model)"
+    linked = _all_to_all_nvlink_gpus(snap)
+    if linked >= min_gpus:
+        return f"topo -m shows NVLink between every pair of {linked} GPUs"
+    return None
+
+
+def _all_to_all_nvlink_gpus(snap: HostSnapshot) -> int:
+    topo = snap.topology
+    if topo is None:
+        return 0
+    rows = {d: i for i, d in enumerate(topo.devices) if d.startswith("GPU")}
+    cols = {c: j for j, c in enumerate(topo.columns) if c.startswith("GPU")}
+    gpus = [g for g in rows if g in cols]
+    for a in gpus:
+        for b in gpus:
+            if a == b:
+                continue
+            row = topo.matrix[rows[a]] if rows[a] < len(topo.matrix) else ()
+            cell = row[cols[b]] if cols[b] < len(row) else ""
+            if not _NVLINK_CELL.match(cell.strip()):
+                return 0
+    return len(gpus)
+
+
+def _fm_packages(snap: HostSnapshot) -> list[Package]:
+    return [p for p in snap.packages if "fabricmanager" in p.name or "fabric-manager" in p.name]
+
+
+@rule(
+    "GA402",
+    "Fabric manager missing or not running on an NVSwitch system",
+    category="services",
+    owner=Owner.INFRA,
+    severity=Severity.CRITICAL,
+    likelihood=5,
+    impact=5,
+    remediation=(
+        "Install nvidia-fabricmanager at exactly the driver's version (e.g. "
+        "nvidia-fabricmanager-535 535.129.03 for driver 535.129.03), enable and start it "
+        "(systemctl enable --now nvidia-fabricmanager), and check /var/log/fabricmanager.log."
+    ),
+    references=(refs.FABRIC_MANAGER, refs.REF_PCIE_SERVICES),
+)
+def fabric_manager(rule: Rule, snap: HostSnapshot, ctx: RuleContext) -> Iterable[Finding]:
+    """An NVSwitch system whose fabric manager is missing, stopped, or at another version.
+
+    Checks: on hosts that look like NVSwitch systems (``nvswitch_reason``: switch device nodes,
+    SXid lines, ≥ 8 SXM-board GPUs by name, or all-to-all NVLink among ≥ 8 GPUs), the
+    nvidia-fabricmanager service is installed and active, and its package version matches the
+    driver version.
+    Why: on NVSwitch systems the GPUs are not usable for CUDA until fabric manager has trained
+    the NVLink fabric; CUDA init fails ("system not yet initialized"), and fabric manager
+    refuses to start against a driver of another version.
+    Evidence: why the host is taken for an NVSwitch system, the service state, the package and
+    driver versions.
+    Remediation: install fabric manager at the driver's version and start it.
+    """
+    reason = nvswitch_reason(snap, host_policy(snap, ctx.policy))
+    if reason is None:
+        return
+    service = _service(snap, FABRIC_MANAGER)
+    packages = _fm_packages(snap)
+    driver = host_driver_version(snap)
+    problems: list[str] = []
+    severity = Severity.CRITICAL
+    if service is not None and not service.present:
+        problems.append(f"{FABRIC_MANAGER} is not installed")
+    elif service is not None and not service.running:
+        problems.append(f"{FABRIC_MANAGER} is {service.active} ({service.enabled})")
+    elif service is None and snap.packages and not packages:
+        problems.append("no fabric manager package is installed")
+    wrong = [p for p in packages if driver and not _same_version(p.version, driver)]
+    if wrong:
+        problems.append(
+            "its package is at another version than the driver "
+            f"({', '.join(f'{p.name} {p.version}' for p in wrong)} vs driver {driver})"
+        )
+        if len(problems) == 1:
+            severity = Severity.HIGH
+    if not problems:
+        return
+    state = f"{service.active}/{service.enabled}" if service else "unknown"
+    yield rule.finding(
+        snap,
+        f"NVSwitch system ({reason}), but " + "; ".join(problems) + ".",
+        Evidence(
+            fact=f"services[{FABRIC_MANAGER}]",
+            actual={
+                "service": state,
+                "packages": {p.name: p.version for p in packages},
+                "driver": driver,
+            },
+            expected={"service": "active/enabled", "package_version": driver or "= driver"},
+            excerpt=section_excerpt(snap, "services"),
+        ),
+        severity=severity,
+        likelihood=5 if severity is Severity.CRITICAL else 4,
+    )
+
+
+def _same_version(package_version: str, driver: str) -> bool:
+    """Whether a package is the driver's version: 1:535.129.03-0ubuntu1 is 535.129.03."""
+    upstream = package_version.split(":", 1)[-1]
+    return re.match(re.escape(driver) + r"(?![\d.])", upstream) is not None

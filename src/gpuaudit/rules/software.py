@@ -1,0 +1,356 @@
+"""GA1xx: the driver stack — driver answering, GPUs visible, tools installed, versions pinned."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+
+from gpuaudit.model.snapshot import HostSnapshot, HostStatus
+from gpuaudit.rules import refs
+from gpuaudit.rules.base import Evidence, Finding, Owner, Rule, RuleContext, Severity, rule
+from gpuaudit.rules.evidence import gpu_label, section_excerpt
+from gpuaudit.rules.policy_defaults import host_policy
+
+# `lspci -n` class codes of display controllers: 0300 VGA, 0302 3D (datacenter GPUs).
+_LSPCI_NVIDIA_GPU = re.compile(r"^(\S+)\s+030[02]:\s*10de:", re.MULTILINE)
+
+
+def host_driver_version(snap: HostSnapshot) -> str | None:
+    """The driver version the host runs: nvidia-smi's, else any GPU's."""
+    return snap.driver_version or next(
+        (g.driver_version for g in snap.gpus if g.driver_version), None
+    )
+
+
+@rule(
+    "GA101",
+    "NVIDIA driver not loaded or not responding",
+    category="software",
+    owner=Owner.INFRA,
+    severity=Severity.CRITICAL,
+    likelihood=5,
+    impact=5,
+    remediation=(
+        "Check `lsmod | grep nvidia` and the kernel log; reload the driver (modprobe nvidia) "
+        "or reinstall it for the running kernel (DKMS build missing after a kernel update), "
+        "then reboot if a GPU stays unreachable."
+    ),
+    references=(refs.NVIDIA_SMI, refs.SEED_DRIVER_TABLE, refs.SEED_F3_DRIVER, refs.SEED_CHECKLIST),
+)
+def driver_not_responding(rule: Rule, snap: HostSnapshot, ctx: RuleContext) -> Iterable[Finding]:
+    """nvidia-smi is installed but cannot talk to the driver.
+
+    Checks: host status DRIVER_NOT_RESPONDING, and whether /proc/driver/nvidia/version exists
+    (no file: the kernel module is not loaded; a file: loaded but not answering).
+    Why: no CUDA program can start; seed 000's "CUDA initialization error" and "Node NotReady".
+    Evidence: the status and nvidia-smi's own output.
+    Remediation: load or rebuild the kernel module; reboot if it stays unreachable.
+    """
+    if snap.status is not HostStatus.DRIVER_NOT_RESPONDING:
+        return
+    loaded = bool(snap.driver_version_proc)
+    state = (
+        f"the kernel module is loaded ({snap.driver_version_proc}) but does not answer"
+        if loaded
+        else "the kernel module is not loaded (no /proc/driver/nvidia/version)"
+    )
+    yield rule.finding(
+        snap,
+        f"nvidia-smi cannot talk to the driver: {state}."
+        + (f" {snap.status_detail}" if snap.status_detail else ""),
+        Evidence(
+            fact="status",
+            actual=snap.status.value,
+            expected=HostStatus.OK.value,
+            excerpt=section_excerpt(snap, "nvidia_smi_xml", 8),
+        ),
+    )
+
+
+@rule(
+    "GA102",
+    "Fewer GPUs visible than expected",
+    category="software",
+    owner=Owner.INFRA,
+    severity=Severity.HIGH,
+    likelihood=4,
+    impact=4,
+    remediation=(
+        "Compare `lspci -d 10de:` with nvidia-smi: a GPU on the bus but not in nvidia-smi needs "
+        "a driver reload or reboot (see the kernel log for XID 79/143); a GPU missing from the "
+        "bus needs reseating or replacement."
+    ),
+    references=(refs.SEED_F4_PCIE, refs.SEED_XID_TABLE, refs.REF_XID),
+)
+def gpu_count(rule: Rule, snap: HostSnapshot, ctx: RuleContext) -> Iterable[Finding]:
+    """The driver shows fewer GPUs than the host was bought with.
+
+    Checks: the number of GPUs nvidia-smi lists against ``expected_gpu_count`` (inventory
+    host_data or policy). Silent when the expectation is unset, and when the driver does not
+    answer or the GPU tool is missing (GA101 / GA104 report those; a count would repeat them).
+    Why: a GPU that fell off the bus or failed to initialise is lost capacity and often a
+    hardware fault; jobs sized for the full host fail to schedule.
+    Evidence: expected and visible counts, and how many NVIDIA GPUs lspci sees (on the bus but
+    not visible means driver/initialisation; missing from the bus means hardware).
+    Remediation: reload the driver or reboot; reseat or replace a GPU missing from the bus.
+    """
+    expected = host_policy(snap, ctx.policy).get("expected_gpu_count")
+    if not isinstance(expected, int) or expected <= 0:
+        return
+    if snap.status in (HostStatus.DRIVER_NOT_RESPONDING, HostStatus.NO_GPU_TOOLING):
+        return
+    if snap.tools.get("nvidia-smi") is False:
+        return
+    visible = len(snap.gpus)
+    if visible >= expected:
+        return
+    lspci = snap.sections.get("lspci")
+    on_bus = len(set(_LSPCI_NVIDIA_GPU.findall(lspci.stdout))) if lspci and lspci.rc == 0 else None
+    bus_note = ""
+    if on_bus is not None:
+        bus_note = f" lspci sees {on_bus} NVIDIA GPUs: " + (
+            "the missing ones are on the bus but not initialised by the driver."
+            if on_bus >= expected
+            else "some are missing from the PCIe bus."
+        )
+    yield rule.finding(
+        snap,
+        f"{visible} of {expected} expected GPUs are visible to the driver.{bus_note}",
+        Evidence(
+            fact="gpus",
+            actual={"visible": visible, "on_pci_bus": on_bus},
+            expected=expected,
+            excerpt=section_excerpt(snap, "lspci", 16),
+        ),
+    )
+
+
+@rule(
+    "GA103",
+    "GPU reports an error state",
+    category="software",
+    owner=Owner.INFRA,
+    severity=Severity.HIGH,
+    likelihood=4,
+    impact=4,
+    remediation=(
+        "Drain the GPU and reset it (nvidia-smi -r -i <gpu>); reboot if the reset fails; check "
+        "the kernel log for the XID that preceded it."
+    ),
+    references=(refs.NVIDIA_SMI, refs.SEED_CHECKLIST, refs.SEED_F3_DRIVER),
+)
+def gpu_error_state(rule: Rule, snap: HostSnapshot, ctx: RuleContext) -> Iterable[Finding]:
+    """A GPU that nvidia-smi lists but that answers with an error.
+
+    Checks: GPU status "error" (e.g. nvidia-smi printing "Unknown Error" or "GPU requires reset"
+    for its fields).
+    Why: the GPU is present but unusable; jobs scheduled on it fail at CUDA initialisation.
+    Evidence: the GPU's status and the error text.
+    Remediation: drain and reset the GPU, reboot if that fails.
+    """
+    for gpu in snap.gpus:
+        if gpu.status == "error":
+            yield rule.finding(
+                snap,
+                f"{gpu_label(gpu)} answers with an error"
+                + (f": {gpu.status_detail}." if gpu.status_detail else "."),
+                Evidence(
+                    fact=f"gpus[{gpu.index}].status",
+                    actual=gpu.status,
+                    expected="ok",
+                    excerpt=gpu.status_detail,
+                ),
+                gpu=gpu.index,
+            )
+
+
+_VENDOR_TOOLS = {"nvidia": ("nvidia-smi",), "amd": ("rocm-smi", "amd-smi")}
+
+
+@rule(
+    "GA104",
+    "GPU management tool missing",
+    category="software",
+    owner=Owner.INFRA,
+    severity=Severity.HIGH,
+    likelihood=4,
+    impact=4,
+    remediation=(
+        "Install the vendor's driver utilities (nvidia-utils / nvidia-compute-utils for "
+        "nvidia-smi; rocm-smi-lib or amdsmi for AMD) matching the installed driver."
+    ),
+    references=(refs.NVIDIA_SMI, refs.SEED_DRIVER_TABLE, refs.SEED_INCIDENT),
+)
+def gpu_tool_missing(rule: Rule, snap: HostSnapshot, ctx: RuleContext) -> Iterable[Finding]:
+    """The GPU vendor's CLI is not installed on a host that should have GPUs.
+
+    Checks: ``gpu_vendor`` (host_data ``vendor``) "nvidia" needs nvidia-smi, "amd" needs
+    rocm-smi or amd-smi; with no vendor set but ``expected_gpu_count`` > 0, nvidia-smi is
+    required unless an AMD tool is present. Silent when the host did not report its tools.
+    Why: without the tool neither the audit nor an operator can see the GPUs' health, and a
+    missing nvidia-smi usually means the driver install is incomplete.
+    Evidence: the tools found on the host and what the inventory expects.
+    Remediation: install the vendor utilities matching the driver.
+    """
+    if not snap.tools:
+        return
+    policy = host_policy(snap, ctx.policy)
+    vendor = str(policy.get("gpu_vendor") or "").lower() or None
+    expected = policy.get("expected_gpu_count")
+    if vendor is None and isinstance(expected, int) and expected > 0:
+        has_amd = any(snap.tools.get(t) for t in _VENDOR_TOOLS["amd"])
+        vendor = "amd" if has_amd else "nvidia"
+    needed = _VENDOR_TOOLS.get(vendor or "")
+    if not needed or any(snap.tools.get(t) for t in needed):
+        return
+    yield rule.finding(
+        snap,
+        f"{' / '.join(needed)} is not installed, but the inventory expects {vendor} GPUs"
+        + (f" ({expected})." if expected else "."),
+        Evidence(
+            fact="tools",
+            actual={t: snap.tools.get(t, False) for t in needed},
+            expected={t: True for t in needed},
+            excerpt=section_excerpt(snap, "tools"),
+        ),
+    )
+
+
+@rule(
+    "GA105",
+    "Kernel log unreadable: XID history unknown",
+    category="software",
+    owner=Owner.INFRA,
+    severity=Severity.MEDIUM,
+    likelihood=3,
+    impact=3,
+    remediation=(
+        "Install util-linux (dmesg) or allow the audit user to read the kernel log "
+        "(run it with sudo, or kernel.dmesg_restrict=0 / journal access via the "
+        "systemd-journal or adm group)."
+    ),
+    references=(refs.XID_CATALOG, refs.SEED_ANTI_24, refs.SEED_INCIDENT),
+)
+def kernel_log_unreadable(rule: Rule, snap: HostSnapshot, ctx: RuleContext) -> Iterable[Finding]:
+    """Neither dmesg nor journalctl -k could be read.
+
+    Checks: both tools missing, or the collector's kernel_log section failing (typically
+    dmesg_restrict for a non-root audit user).
+    Why: XIDs are only in the kernel log; without it GA301 cannot see a GPU that fell off the
+    bus or a double-bit ECC error, and the register looks cleaner than the host is.
+    Evidence: which tools exist and the collector's message.
+    Remediation: install dmesg or grant the audit user read access to the kernel log.
+    """
+    section = snap.sections.get("kernel_log")
+    both_missing = snap.tools.get("dmesg") is False and snap.tools.get("journalctl") is False
+    failed = section is not None and section.rc not in (0, None)
+    if not (both_missing or failed):
+        return
+    why = (
+        "neither dmesg nor journalctl is installed"
+        if both_missing
+        else f"reading it failed (rc={section.rc if section else None})"
+    )
+    yield rule.finding(
+        snap,
+        f"The kernel log could not be read: {why}. XID errors on this host are unknown.",
+        Evidence(
+            fact="sections.kernel_log",
+            actual={
+                "dmesg": snap.tools.get("dmesg"),
+                "journalctl": snap.tools.get("journalctl"),
+                "rc": section.rc if section else None,
+            },
+            expected="a readable kernel log",
+            excerpt=section.stderr.strip() if section else "",
+        ),
+    )
+
+
+@rule(
+    "GA106",
+    "Driver packages not held",
+    category="software",
+    owner=Owner.INFRA,
+    severity=Severity.MEDIUM,
+    likelihood=3,
+    impact=4,
+    remediation=(
+        "Hold the driver packages (apt-mark hold …, or dnf versionlock add …) and upgrade them "
+        "only through the staged driver upgrade (canary, waves, health gates)."
+    ),
+    references=(refs.SEED_ANTI_4, refs.SEED_SAFE_DEPLOY, refs.SEED_F3_DRIVER),
+    operation="gpuaudit.operations.driver.pin",
+)
+def driver_not_held(rule: Rule, snap: HostSnapshot, ctx: RuleContext) -> Iterable[Finding]:
+    """NVIDIA driver packages are installed but none is held against upgrades.
+
+    Checks: installed packages matching policy ``driver_package_patterns`` and their hold
+    state (apt-mark showhold / dnf versionlock).
+    Why: an unattended upgrade replaces the user-space driver while the old kernel module is
+    loaded ("driver/library version mismatch") and rolls a new driver out to the whole fleet at
+    once, skipping the canary the seed asks for.
+    Evidence: the driver packages and their versions, and the hold list.
+    Remediation: hold the packages (gpuaudit.operations.driver.pin).
+    """
+    patterns = [re.compile(p) for p in host_policy(snap, ctx.policy)["driver_package_patterns"]]
+    driver = [p for p in snap.packages if any(rx.match(p.name) for rx in patterns)]
+    if not driver or any(p.held for p in driver):
+        return
+    holds = snap.sections.get("package_holds")
+    note = ""
+    if holds is not None and holds.rc not in (0, None):
+        note = f" The hold list could not be read (rc={holds.rc}); holds may exist unseen."
+    listed = ", ".join(f"{p.name} {p.version}" for p in driver[:6])
+    more = f" and {len(driver) - 6} more" if len(driver) > 6 else ""
+    yield rule.finding(
+        snap,
+        f"No driver package is held: {listed}{more}.{note}",
+        Evidence(
+            fact="packages",
+            actual={p.name: p.version for p in driver},
+            expected="driver packages held",
+            excerpt=section_excerpt(snap, "package_holds", 10),
+        ),
+    )
+
+
+@rule(
+    "GA107",
+    "Driver differs from the desired version",
+    category="software",
+    owner=Owner.INFRA,
+    severity=Severity.MEDIUM,
+    likelihood=3,
+    impact=3,
+    remediation=(
+        "Move the host to the desired driver with the staged upgrade (gpuaudit upgrade "
+        "<inventory> --to <version>), or update the policy if the desired version changed."
+    ),
+    references=(refs.SEED_ANTI_10, refs.SEED_SAFE_DEPLOY, refs.SEED_DRIVER_TABLE),
+)
+def driver_not_desired(rule: Rule, snap: HostSnapshot, ctx: RuleContext) -> Iterable[Finding]:
+    """The host's driver is not the version the site policy or inventory asks for.
+
+    Checks: the driver version against ``desired_driver_version`` (policy or host_data).
+    Silent when no version is desired or the driver version is unknown (GA101 covers that).
+    Why: images and CUDA runtimes are built and tested for one driver; seed 000 lists
+    "driver version is insufficient" as a common failure, and mixed drivers make incidents
+    hard to compare.
+    Evidence: installed and desired versions.
+    Remediation: staged upgrade to the desired version.
+    """
+    desired = host_policy(snap, ctx.policy).get("desired_driver_version")
+    installed = host_driver_version(snap)
+    if not desired or not installed or str(desired) == installed:
+        return
+    yield rule.finding(
+        snap,
+        f"Driver {installed} is installed; the policy wants {desired}.",
+        Evidence(
+            fact="driver_version",
+            actual=installed,
+            expected=str(desired),
+            excerpt=snap.driver_version_proc or "",
+        ),
+    )

@@ -1,0 +1,106 @@
+"""GA5xx: the GPUs' links — PCIe width and generation."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from gpuaudit.model.snapshot import Gpu, HostSnapshot
+from gpuaudit.rules import refs
+from gpuaudit.rules.base import Evidence, Finding, Owner, Rule, RuleContext, Severity, rule
+from gpuaudit.rules.evidence import gpu_label, gpu_xml_excerpt
+
+_PCIE_REFS = (refs.NVIDIA_SMI, refs.REF_PCIE_SERVICES, refs.SEED_F4_PCIE, refs.SEED_ISOLATION)
+_IDLE_CAVEAT = (
+    "idle GPUs lower their PCIe generation to save power; compared only while the GPU was busy"
+)
+
+
+def _link_excerpt(snap: HostSnapshot, gpu: Gpu) -> str:
+    return gpu_xml_excerpt(snap, gpu, "pci_gpu_link_info")
+
+
+@rule(
+    "GA501",
+    "PCIe link narrower than the GPU supports",
+    category="topology",
+    owner=Owner.INFRA,
+    severity=Severity.MEDIUM,
+    likelihood=4,
+    impact=3,
+    remediation=(
+        "Reseat the GPU (or its riser / cable), check the slot's wiring and the BIOS lane "
+        "settings; replace the riser or GPU if the link stays narrow."
+    ),
+    references=_PCIE_REFS,
+)
+def pcie_width(rule: Rule, snap: HostSnapshot, ctx: RuleContext) -> Iterable[Finding]:
+    """The GPU's PCIe link trained at fewer lanes than its maximum.
+
+    Checks: ``pcie_width_current`` < ``pcie_width_max``, regardless of load (unlike the
+    generation, the width does not drop to save power).
+    Why: an x8 link halves host↔GPU bandwidth (data loading, checkpoints, NCCL over PCIe); it
+    usually means a badly seated card, a damaged riser, or a slot wired narrower than it looks.
+    Evidence: current and maximum width, and the raw link block.
+    Remediation: reseat the card or riser; check slot wiring and BIOS.
+    """
+    for gpu in snap.gpus:
+        current, maximum = gpu.pcie_width_current, gpu.pcie_width_max
+        if current is None or maximum is None or current >= maximum:
+            continue
+        yield rule.finding(
+            snap,
+            f"{gpu_label(gpu)} PCIe link runs at x{current} of x{maximum}.",
+            Evidence(
+                fact=f"gpus[{gpu.index}].pcie_width_current",
+                actual=current,
+                expected=maximum,
+                excerpt=_link_excerpt(snap, gpu),
+            ),
+            gpu=gpu.index,
+        )
+
+
+@rule(
+    "GA502",
+    "PCIe link generation below max under load",
+    category="topology",
+    owner=Owner.INFRA,
+    severity=Severity.MEDIUM,
+    likelihood=3,
+    impact=3,
+    remediation=(
+        "Check the BIOS PCIe speed setting for the slot, reseat the GPU / riser, and look for "
+        "PCIe replay counts and AER errors; replace the riser or GPU if it persists."
+    ),
+    references=_PCIE_REFS,
+)
+def pcie_generation(rule: Rule, snap: HostSnapshot, ctx: RuleContext) -> Iterable[Finding]:
+    """The GPU's PCIe link runs below its maximum generation while the GPU is busy.
+
+    Checks: ``pcie_gen_current`` < ``pcie_gen_max`` only when the GPU is not idle: its
+    clock-event reasons lack gpu_idle and its utilisation is above 0. Idle or unknown
+    utilisation: silent, because idle GPUs legitimately downshift.
+    Why: a busy GPU stuck at a lower generation has half (or less) of its PCIe bandwidth; it
+    points at a BIOS setting, a marginal riser or signal-integrity problems.
+    Evidence: current and maximum generation, utilisation, and the idle caveat.
+    Remediation: check BIOS link speed, reseat, watch replays.
+    """
+    for gpu in snap.gpus:
+        current, maximum = gpu.pcie_gen_current, gpu.pcie_gen_max
+        if current is None or maximum is None or current >= maximum:
+            continue
+        idle = any("gpu_idle" in r.lower() for r in gpu.clock_event_reasons)
+        if idle or not gpu.utilization_gpu_pct:
+            continue
+        yield rule.finding(
+            snap,
+            f"{gpu_label(gpu)} PCIe link runs at Gen{current} of Gen{maximum} while "
+            f"{gpu.utilization_gpu_pct:g}% busy.",
+            Evidence(
+                fact=f"gpus[{gpu.index}].pcie_gen_current",
+                actual={"generation": current, "utilization_gpu_pct": gpu.utilization_gpu_pct},
+                expected={"generation": maximum, "caveat": _IDLE_CAVEAT},
+                excerpt=_link_excerpt(snap, gpu),
+            ),
+            gpu=gpu.index,
+        )

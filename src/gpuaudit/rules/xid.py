@@ -1,0 +1,324 @@
+"""GA30x: GPU and NVSwitch error events from the kernel log (XID, SXid)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, replace
+from typing import Any
+
+from gpuaudit.model.snapshot import HostSnapshot, XidEvent
+from gpuaudit.rules import refs
+from gpuaudit.rules.base import Evidence, Finding, Owner, Rule, RuleContext, Severity, rule
+from gpuaudit.rules.policy_defaults import host_policy
+from gpuaudit.rules.xid_catalog import (
+    ACTION_SCORE,
+    ACTION_SEVERITY,
+    ACTION_STEP,
+    XidAction,
+    XidEntry,
+    lookup,
+    other_readings,
+)
+
+# Where an event happened: ("gpu", index) when the bus id maps to a GPU, else ("bus", id).
+Where = tuple[str, Any]
+
+
+@dataclass(frozen=True)
+class _Verdict:
+    action: XidAction
+    severity: Severity
+    step: str
+    note: str = ""
+
+
+@rule(
+    "GA301",
+    "XID errors in the kernel log",
+    category="health",
+    owner=Owner.INFRA,
+    severity=Severity.HIGH,
+    likelihood=4,
+    impact=4,
+    remediation="Follow NVIDIA's immediate action for the code (given in each finding).",
+    references=(
+        refs.XID_CATALOG,
+        refs.NVSENTINEL_XID_MAP,
+        refs.REF_XID,
+        refs.SEED_XID_TABLE,
+        refs.SEED_INCIDENT,
+        refs.SEED_M14_ERRORS,
+    ),
+)
+def xid_errors(rule: Rule, snap: HostSnapshot, ctx: RuleContext) -> Iterable[Finding]:
+    """XID events the NVIDIA driver logged, classified by NVIDIA's XID catalogue.
+
+    Checks: every ``NVRM: Xid`` line in the kernel log (dmesg / journalctl -k), grouped into one
+    finding per (GPU, code) with the count and the first and last timestamp. A legacy
+    "GPU at … has fallen off the bus" line without an XID counts as XID 79.
+    Why: an XID is the driver saying a GPU, its memory or the application on it failed; some
+    codes (79, 95, 119…) mean the GPU is unusable until a reset or reboot.
+    Severity follows the catalogue's immediate action: RESTART_BM critical, RESET_GPU high,
+    RESTART_APP medium (owned by ML engineering: the application faulted), IGNORE info (low for
+    43, 63 and 92, which other health checks flag), unknown codes medium (contact support).
+    Workflow codes depend on context: 48 with 63/64 on the same GPU means drain and reset; 45
+    alone means restart fabric manager, after another XID it is only that error's clean-up;
+    154 follows the recovery action it names; NVLink codes (74, 144–150) are high unless every
+    line says Nonfatal (medium). Where the seed or other tools (Azure, AWS EKS,
+    Meta gcm, DCGM) read a code differently the message says so; a site can override a code
+    with ``xid_overrides`` in its policy, and the reason is printed.
+    Evidence: the raw kernel-log lines (first and last), count, timestamps, PCI bus id.
+    Remediation: the catalogue's step for the code, given in each finding.
+    """
+    overrides = _overrides(host_policy(snap, ctx.policy).get("xid_overrides") or {})
+    groups = _group(snap, (e for e in snap.xid_events if e.kind != "sxid"))
+    codes_at: dict[Where, set[int]] = {}
+    for where, code in groups:
+        codes_at.setdefault(where, set()).add(code)
+    truncated = snap.kernel_log_truncated
+
+    for (where, code), events in groups.items():
+        entry = lookup(code)
+        verdict = _verdict(entry, events, codes_at[where] - {code})
+        verdict = _apply_override(verdict, overrides.get(entry.code))
+        gpu = where[1] if where[0] == "gpu" else None
+        place = f"GPU {gpu}" if gpu is not None else f"PCI {where[1]} (no GPU with that bus id)"
+        legacy = sum(1 for e in events if e.kind == "fallen_off_bus")
+        parts = [
+            f"{entry.label if code >= 0 else 'XID with an unreadable code'} ×{len(events)} "
+            f"on {place}{_when(events)}.",
+            f"NVIDIA: {verdict.action.value} — {verdict.step}.",
+        ]
+        if legacy:
+            parts.append(f"{legacy} of them legacy 'fallen off the bus' lines, counted as XID 79.")
+        if verdict.note:
+            parts.append(verdict.note)
+        readings = other_readings(entry)
+        if readings:
+            parts.append("Other readings differ: " + "; ".join(readings) + ".")
+        if truncated:
+            parts.append("The kernel log was cut to its newest lines: counts are lower bounds.")
+        likelihood, impact = ACTION_SCORE[verdict.action]
+        yield rule.finding(
+            snap,
+            " ".join(parts),
+            Evidence(
+                fact="xid_events",
+                actual={
+                    "code": code if code >= 0 else None,
+                    "count": len(events),
+                    "first_seen": events[0].timestamp,
+                    "last_seen": events[-1].timestamp,
+                    "pci_bus_id": events[0].pci_bus_id,
+                    "nvidia_action": entry.action.value,
+                },
+                expected="no XID events",
+                excerpt=_excerpt(events),
+            ),
+            gpu=gpu,
+            severity=verdict.severity,
+            remediation=verdict.step[:1].upper() + verdict.step[1:] + ".",
+            likelihood=likelihood,
+            impact=impact,
+            owner=Owner.ML_ENGINEERING if verdict.action is XidAction.RESTART_APP else None,
+        )
+
+
+@rule(
+    "GA302",
+    "NVSwitch SXid errors in the kernel log",
+    category="health",
+    owner=Owner.INFRA,
+    severity=Severity.HIGH,
+    likelihood=3,
+    impact=5,
+    remediation=(
+        "Fatal SXid: stop the jobs using the NVLink fabric, reset the GPUs and NVSwitches (or "
+        "reboot the node) and check the fabric manager log; non-fatal SXid: watch the link "
+        "and plan a reset if it repeats."
+    ),
+    references=(refs.FABRIC_MANAGER, refs.XID_CATALOG, refs.REF_PCIE_SERVICES),
+)
+def sxid_errors(rule: Rule, snap: HostSnapshot, ctx: RuleContext) -> Iterable[Finding]:
+    """NVSwitch errors (SXid) the nvswitch driver logged.
+
+    Checks: ``nvidia-nvswitchN: SXid (PCI:…): code, …`` lines, one finding per (switch, code).
+    Why: an NVSwitch error breaks the NVLink fabric between all GPUs of an HGX/DGX board; a
+    fatal SXid leaves the fabric unusable until the GPUs and switches are reset.
+    Severity: high when the line says "Fatal", medium for "Non-fatal" or unstated.
+    Evidence: the raw lines (first and last), count, timestamps, the switch's PCI bus id.
+    Remediation: reset GPUs and switches (or reboot) for fatal errors; check fabric manager.
+    """
+    groups = _group(snap, (e for e in snap.xid_events if e.kind == "sxid"), by_gpu=False)
+    for (where, code), events in groups.items():
+        fatal = any(_is_fatal(e) for e in events)
+        yield rule.finding(
+            snap,
+            f"SXid {code if code >= 0 else '?'} ×{len(events)} on NVSwitch {where[1]}"
+            f"{_when(events)}" + (" (fatal)." if fatal else " (non-fatal)."),
+            Evidence(
+                fact="xid_events",
+                actual={
+                    "code": code if code >= 0 else None,
+                    "count": len(events),
+                    "first_seen": events[0].timestamp,
+                    "last_seen": events[-1].timestamp,
+                    "pci_bus_id": where[1],
+                    "fatal": fatal,
+                },
+                expected="no SXid events",
+                excerpt=_excerpt(events),
+            ),
+            severity=Severity.HIGH if fatal else Severity.MEDIUM,
+        )
+
+
+# --- grouping and classification --------------------------------------------------------------
+
+
+def _group(
+    snap: HostSnapshot, events: Iterable[XidEvent], by_gpu: bool = True
+) -> dict[tuple[Where, int], list[XidEvent]]:
+    """Events by (where, code), in log order; an unreadable code is -1."""
+    groups: dict[tuple[Where, int], list[XidEvent]] = {}
+    for event in events:
+        code = 79 if event.kind == "fallen_off_bus" else event.code
+        where: Where = ("bus", event.pci_bus_id or "unknown")
+        if by_gpu:
+            index = event.gpu_index
+            if index is None:
+                gpu = snap.gpu_by_bus(event.pci_bus_id)
+                index = gpu.index if gpu else None
+            if index is not None:
+                where = ("gpu", index)
+        groups.setdefault((where, code if code is not None else -1), []).append(event)
+    return groups
+
+
+def _is_fatal(event: XidEvent) -> bool:
+    text = f"{event.message} {event.raw}".lower().replace("non-fatal", "").replace("nonfatal", "")
+    return "fatal" in text
+
+
+def _verdict(entry: XidEntry, events: list[XidEvent], other_codes: set[int]) -> _Verdict:
+    workflow = _WORKFLOWS.get(entry.code)
+    if workflow is not None:
+        return workflow(entry, events, other_codes)
+    return _Verdict(entry.action, entry.default_severity, entry.what_to_do)
+
+
+def _dbe(entry: XidEntry, _events: list[XidEvent], other_codes: set[int]) -> _Verdict:
+    # NVIDIA: a DBE with a remap/retirement event means the memory itself is failing.
+    if other_codes & {63, 64}:
+        return _Verdict(
+            XidAction.WORKFLOW,
+            Severity.HIGH,
+            "drain the GPU and reset it, then check the SRAM error threshold and run field "
+            "diagnostics",
+            "Seen together with XID 63/64 on this GPU.",
+        )
+    return _Verdict(XidAction.WORKFLOW, Severity.HIGH, "reset the GPU (nvidia-smi -r)")
+
+
+def _cleanup(entry: XidEntry, _events: list[XidEvent], other_codes: set[int]) -> _Verdict:
+    if other_codes:
+        others = ", ".join(str(c) for c in sorted(other_codes) if c >= 0) or "(unreadable code)"
+        return _Verdict(
+            XidAction.WORKFLOW,
+            Severity.LOW,
+            "none of its own: it is the clean-up after the other XIDs on this GPU",
+            f"Follows XID {others} on this GPU (each has its own finding).",
+        )
+    return _Verdict(
+        XidAction.WORKFLOW, Severity.MEDIUM, "restart nvidia-fabricmanager (no other XID seen)"
+    )
+
+
+# Recovery actions an XID 154 line can name, most severe first.
+_RECOVERY_ACTIONS: tuple[tuple[str, Severity, str], ...] = (
+    ("node reboot", Severity.CRITICAL, "drain and reboot the node"),
+    ("system reboot", Severity.CRITICAL, "drain and reboot the node"),
+    ("drain and reset", Severity.HIGH, "drain peer-to-peer traffic and reset the GPU"),
+    ("drain p2p", Severity.HIGH, "drain peer-to-peer traffic from the GPU"),
+    ("gpu reset", Severity.HIGH, "reset the GPU (nvidia-smi -r)"),
+    ("bus reset", Severity.HIGH, "reset the GPU's PCIe bus"),
+)
+
+
+def _recovery(entry: XidEntry, events: list[XidEvent], _other: set[int]) -> _Verdict:
+    text = f"{events[-1].message} {events[-1].raw}".lower()
+    # "changed from 0x0 (None) to 0x1 (GPU Reset Required)": only the new action counts.
+    text = text.rpartition(" to ")[2] or text
+    for words, severity, step in _RECOVERY_ACTIONS:
+        if words in text:
+            return _Verdict(XidAction.WORKFLOW, severity, step)
+    return _Verdict(XidAction.WORKFLOW, entry.default_severity, entry.what_to_do)
+
+
+def _nvlink(entry: XidEntry, events: list[XidEvent], _other: set[int]) -> _Verdict:
+    # NVLink XIDs say in the line whether the link survived ("Nonfatal") or not ("Fatal").
+    if not any(_is_fatal(e) for e in events) and all(
+        "nonfatal" in e.message.lower().replace("-", "") for e in events
+    ):
+        return _Verdict(
+            entry.action,
+            Severity.MEDIUM,
+            entry.what_to_do,
+            "Every line says Nonfatal: the link recovered; watch for repeats.",
+        )
+    return _Verdict(entry.action, entry.default_severity, entry.what_to_do)
+
+
+_WORKFLOWS: dict[int, Callable[[XidEntry, list[XidEvent], set[int]], _Verdict]] = {
+    48: _dbe,
+    45: _cleanup,
+    154: _recovery,
+    **{code: _nvlink for code in (74, 144, 145, 146, 147, 148, 149, 150)},
+}
+
+
+def _overrides(raw: Mapping[Any, Any]) -> dict[int, Mapping[str, Any]]:
+    """Site overrides keyed by int code (YAML and JSON policies give string keys)."""
+    out: dict[int, Mapping[str, Any]] = {}
+    for key, value in raw.items():
+        if str(key).strip().lstrip("-").isdigit() and isinstance(value, Mapping):
+            out[int(key)] = value
+    return out
+
+
+def _apply_override(verdict: _Verdict, override: Mapping[str, Any] | None) -> _Verdict:
+    if not override:
+        return verdict
+    action = verdict.action
+    if override.get("action"):
+        action = XidAction(str(override["action"]).upper())
+    severity = Severity(str(override["severity"]).lower()) if override.get("severity") else None
+    if severity is None and action is not verdict.action:
+        severity = ACTION_SEVERITY[action]
+    step = str(override.get("step") or "") or (
+        ACTION_STEP[action] if action is not verdict.action else verdict.step
+    )
+    reason = override.get("reason") or "no reason given"
+    note = " ".join(filter(None, [verdict.note, f"Site policy overrides this code: {reason}."]))
+    return replace(
+        verdict, action=action, severity=severity or verdict.severity, step=step, note=note
+    )
+
+
+def _when(events: list[XidEvent]) -> str:
+    """When the events happened, as the host printed it; empty when the log had no timestamps."""
+    first, last = events[0].timestamp, events[-1].timestamp
+    if not first and not last:
+        return ""
+    if len(events) == 1 or first == last:
+        return f", at {first or last}"
+    return f", {first or 'no timestamp'} … {last or 'no timestamp'}"
+
+
+def _excerpt(events: list[XidEvent]) -> str:
+    lines = [events[0].raw]
+    if len(events) > 2:
+        lines.append(f"… ({len(events) - 2} more)")
+    if len(events) > 1:
+        lines.append(events[-1].raw)
+    return "\n".join(lines)

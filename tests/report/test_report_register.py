@@ -1,0 +1,139 @@
+from __future__ import annotations
+
+import json
+
+from report_factories import GENERATED_AT, finding, healthy_host, unreachable_host
+
+from gpuaudit.model.snapshot import HostSnapshot
+from gpuaudit.report.register import REGISTER_SCHEMA_VERSION, build_register
+from gpuaudit.rules.base import Finding, Severity
+
+
+def test_top_level_contract(fleet: list[HostSnapshot], fleet_findings: list[Finding]) -> None:
+    reg = build_register(
+        fleet, fleet_findings, generated_at=GENERATED_AT, run_id="20261129T161000Z"
+    )
+    assert set(reg) == {"schema_version", "generated_at", "run_id", "summary", "hosts", "findings"}
+    assert reg["schema_version"] == REGISTER_SCHEMA_VERSION == "1.0"
+    assert reg["generated_at"] == GENERATED_AT
+    assert reg["run_id"] == "20261129T161000Z"
+    json.dumps(reg)  # JSON-ready as it is
+
+
+def test_generated_at_defaults_to_utc_now() -> None:
+    reg = build_register([], [])
+    assert reg["generated_at"].endswith("Z") and "T" in reg["generated_at"]
+    assert reg["run_id"] is None
+    assert reg["hosts"] == [] and reg["findings"] == []
+    assert reg["summary"]["host_count"] == 0 and reg["summary"]["gpu_count"] == 0
+
+
+def test_every_host_present_including_unreachable(
+    fleet: list[HostSnapshot], fleet_findings: list[Finding]
+) -> None:
+    reg = build_register(fleet, fleet_findings, generated_at=GENERATED_AT)
+    names = [h["name"] for h in reg["hosts"]]
+    assert names == ["gpu-a01", "gpu-b01", "gpu-z99"]  # sorted, deterministic
+    z99 = reg["hosts"][2]
+    assert z99["status"] == "unreachable"
+    assert "No route to host" in z99["status_detail"]
+    assert z99["gpus"] == []
+    assert z99["finding_count"] == 1
+
+
+def test_host_entry_fields(fleet: list[HostSnapshot], fleet_findings: list[Finding]) -> None:
+    reg = build_register(fleet, fleet_findings, generated_at=GENERATED_AT)
+    b01 = next(h for h in reg["hosts"] if h["name"] == "gpu-b01")
+    for key in (
+        "name",
+        "status",
+        "status_detail",
+        "driver_version",
+        "cuda_version",
+        "os",
+        "kernel",
+    ):
+        assert key in b01
+    assert b01["driver_version"] == "550.127.05"
+    assert b01["os"] == "Ubuntu 22.04.4 LTS"
+    assert b01["kernel"] == "5.15.0-105-generic"
+    assert b01["finding_count"] == 1
+    assert b01["findings_by_severity"]["high"] == 1
+    assert [g["index"] for g in b01["gpus"]] == [0, 1]
+    assert set(b01["gpus"][0]) >= {
+        "index",
+        "name",
+        "uuid",
+        "pci_bus_id",
+        "vbios",
+        "memory_total_mib",
+        "status",
+    }
+    assert b01["gpus"][0]["vbios"] == "96.00.89.00.01"
+    assert b01["gpus"][0]["memory_total_mib"] == 81559
+
+
+def test_summary_counts(fleet: list[HostSnapshot], fleet_findings: list[Finding]) -> None:
+    summary = build_register(fleet, fleet_findings, generated_at=GENERATED_AT)["summary"]
+    assert summary["host_count"] == 3
+    assert summary["gpu_count"] == 10
+    assert summary["finding_count"] == 4
+    assert summary["findings_by_severity"] == {
+        "critical": 1,
+        "high": 1,
+        "medium": 1,
+        "low": 1,
+        "info": 0,
+    }
+    assert list(summary["findings_by_severity"]) == ["critical", "high", "medium", "low", "info"]
+    assert summary["findings_by_category"] == {
+        "collection": 1,
+        "driver": 1,
+        "memory": 1,
+        "topology": 1,
+    }
+    assert summary["findings_by_owner"] == {"infra": 3, "ml-engineering": 1}
+    assert summary["hosts_by_status"]["ok"] == 2
+    assert summary["hosts_by_status"]["unreachable"] == 1
+    assert summary["hosts_by_status"]["collection_failed"] == 0
+    assert summary["hosts_not_ok"] == ["gpu-z99"]
+
+
+def test_findings_sorted_by_severity_and_serialised(
+    fleet: list[HostSnapshot], fleet_findings: list[Finding]
+) -> None:
+    reg = build_register(fleet, fleet_findings, generated_at=GENERATED_AT)
+    assert [f["severity"] for f in reg["findings"]] == ["critical", "high", "medium", "low"]
+    first = reg["findings"][0]
+    for key in ("rule", "severity", "host", "evidence", "remediation", "owner", "category"):
+        assert key in first
+    assert Finding.from_dict(reg["findings"][1]) == fleet_findings[1]
+
+
+def test_deterministic_whatever_the_input_order(
+    fleet: list[HostSnapshot], fleet_findings: list[Finding]
+) -> None:
+    one = build_register(fleet, fleet_findings, generated_at=GENERATED_AT, run_id="r")
+    two = build_register(
+        list(reversed(fleet)), list(reversed(fleet_findings)), generated_at=GENERATED_AT, run_id="r"
+    )
+    assert json.dumps(one) == json.dumps(two)
+
+
+def test_ties_broken_by_rule_host_gpu() -> None:
+    findings = [
+        finding("GA302", Severity.HIGH, "h2", gpu_index=1),
+        finding("GA302", Severity.HIGH, "h1", gpu_index=3),
+        finding("GA302", Severity.HIGH, "h1", gpu_index=None),
+        finding("GA301", Severity.HIGH, "h9"),
+    ]
+    reg = build_register([healthy_host("h1"), unreachable_host("h2")], findings)
+    order = [(f["rule"], f["host"], f["gpu"]) for f in reg["findings"]]
+    assert order == [
+        ("GA301", "h9", 0),
+        ("GA302", "h1", None),
+        ("GA302", "h1", 3),
+        ("GA302", "h2", 1),
+    ]
+    # A finding for a host with no snapshot (a fleet-level rule) is kept, not dropped.
+    assert len(reg["findings"]) == 4

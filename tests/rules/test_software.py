@@ -1,0 +1,111 @@
+from __future__ import annotations
+
+from gpuaudit.model.snapshot import HostStatus, Package, Section
+from gpuaudit.rules.base import Severity
+
+NOT_RESPONDING = (
+    "NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver. Make sure "
+    "that the latest NVIDIA driver is installed and running."
+)
+LSPCI_8 = "\n".join(f"0000:{0x18 + i:02x}:00.0 0302: 10de:2330 (rev a1)" for i in range(8))
+
+
+def test_driver_not_responding_is_critical(make_host, findings):
+    snap = make_host(
+        status=HostStatus.DRIVER_NOT_RESPONDING,
+        gpus=(),
+        driver_version=None,
+        driver_version_proc=None,
+        host_data={"expected_gpu_count": 8},
+        sections={"nvidia_smi_xml": Section(rc=9, stdout=NOT_RESPONDING)},
+    )
+    (f,) = findings("GA101", snap)
+    assert f.severity is Severity.CRITICAL
+    assert "not loaded" in f.message
+    assert "couldn't communicate" in f.evidence.excerpt
+    # The missing GPUs are the same fault: the count rule stays silent.
+    assert findings("GA102", snap) == []
+
+
+def test_fewer_gpus_than_expected_uses_lspci_to_say_where(make_host, findings):
+    on_bus = make_host(
+        host_data={"expected_gpu_count": 8},
+        sections={"lspci": Section(rc=0, stdout=LSPCI_8)},
+    )
+    (f,) = findings("GA102", on_bus)
+    assert f.severity is Severity.HIGH
+    assert f.evidence.actual == {"visible": 2, "on_pci_bus": 8}
+    assert f.evidence.expected == 8
+    assert "not initialised by the driver" in f.message
+    off_bus = make_host(
+        host_data={"expected_gpu_count": 8},
+        sections={"lspci": Section(rc=0, stdout="\n".join(LSPCI_8.splitlines()[:2]))},
+    )
+    (g,) = findings("GA102", off_bus)
+    assert "missing from the PCIe bus" in g.message
+
+
+def test_gpu_count_silent_without_expectation_or_when_met(make_host, findings):
+    assert findings("GA102", make_host(host_data={})) == []
+    assert findings("GA102", make_host(host_data={"expected_gpu_count": 2})) == []
+    # A policy-wide expectation applies when the host says nothing.
+    assert len(findings("GA102", make_host(host_data={}), policy={"expected_gpu_count": 4})) == 1
+
+
+def test_gpu_in_error_state(make_host, make_gpu, findings):
+    bad = make_gpu(1, status="error", status_detail="nvidia-smi reported 'Unknown Error'")
+    (f,) = findings("GA103", make_host(gpus=[make_gpu(0), bad]))
+    assert (f.gpu, f.severity) == (1, Severity.HIGH)
+    assert "Unknown Error" in f.message
+
+
+def test_nvidia_smi_missing_on_gpu_host(make_host, findings):
+    tools = {"nvidia-smi": False, "rocm-smi": False, "dmesg": True, "journalctl": True}
+    snap = make_host(status=HostStatus.NO_GPU_TOOLING, gpus=(), tools=tools)
+    (f,) = findings("GA104", snap)
+    assert f.severity is Severity.HIGH and "nvidia-smi" in f.message
+    assert findings("GA102", snap) == []
+    # Same host known only by its GPU count.
+    counted = make_host(gpus=(), tools=tools, host_data={"expected_gpu_count": 4})
+    assert len(findings("GA104", counted)) == 1
+    # An AMD host needs rocm-smi or amd-smi, not nvidia-smi.
+    amd = make_host(gpus=(), tools={**tools, "amd-smi": True}, host_data={"expected_gpu_count": 4})
+    assert findings("GA104", amd) == []
+    # No expectation, no tool list: nothing to say.
+    assert findings("GA104", make_host(gpus=(), tools=tools, host_data={})) == []
+    assert findings("GA104", make_host(tools={})) == []
+
+
+def test_kernel_log_unreadable(make_host, findings):
+    both_missing = make_host(tools={"nvidia-smi": True, "dmesg": False, "journalctl": False})
+    (f,) = findings("GA105", both_missing)
+    assert f.severity is Severity.MEDIUM and "neither dmesg nor journalctl" in f.message
+    restricted = make_host(
+        sections={
+            "kernel_log": Section(rc=127, stderr="no readable kernel log (dmesg, journalctl -k)")
+        }
+    )
+    (g,) = findings("GA105", restricted)
+    assert "rc=127" in g.message and "no readable kernel log" in g.evidence.excerpt
+    assert findings("GA105", make_host(sections={"kernel_log": Section(rc=0)})) == []
+
+
+def test_driver_packages_not_held(make_host, findings):
+    packages = (
+        Package("nvidia-driver-550-server", "550.127.05-0ubuntu1"),
+        Package("libnvidia-compute-550-server", "550.127.05-0ubuntu1"),
+        Package("nvidia-fabricmanager-550", "550.127.05-1", held=True),
+    )
+    (f,) = findings("GA106", make_host(packages=packages))
+    assert f.severity is Severity.MEDIUM
+    assert f.operation == "gpuaudit.operations.driver.pin"
+    assert set(f.evidence.actual) == {"nvidia-driver-550-server", "libnvidia-compute-550-server"}
+    held = (Package("nvidia-driver-550-server", "550.127.05-0ubuntu1", held=True), *packages[1:])
+    assert findings("GA106", make_host(packages=held)) == []
+    assert findings("GA106", make_host(packages=())) == []
+
+
+def test_driver_not_the_desired_version(make_host, findings):
+    (f,) = findings("GA107", make_host(host_data={"desired_driver_version": "570.86.15"}))
+    assert (f.evidence.actual, f.evidence.expected) == ("550.127.05", "570.86.15")
+    assert findings("GA107", make_host(), policy={"desired_driver_version": "550.127.05"}) == []
