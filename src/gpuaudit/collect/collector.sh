@@ -99,13 +99,14 @@ s_sysctl() {
 s_services() {
   ga_has systemctl || ga_missing systemctl || return
   for s in nvidia-persistenced nvidia-fabricmanager nvidia-dcgm dcgm dcgm-exporter; do
-    printf '%s\t%s\t%s\n' "$s" "$(systemctl is-active "$s" 2>/dev/null)" \
-      "$(systemctl is-enabled "$s" 2>/dev/null || echo not-found)"
+    # is-enabled exits non-zero for disabled units too: only an empty answer means not found.
+    e=$(systemctl is-enabled "$s" 2>/dev/null)
+    printf '%s\t%s\t%s\n' "$s" "$(systemctl is-active "$s" 2>/dev/null)" "${e:-not-found}"
   done
 }
 s_device_nodes() {
   for f in "$R"/dev/nvidia* "$R"/dev/kfd "$R"/dev/dri/renderD*; do
-    [ -e "$f" ] && stat -c '%a %U %G %n' "$f"
+    [ -e "$f" ] && printf '%s %s\n' "$(stat -c '%a %U %G' "$f")" "${f#"$R"}"
   done
   return 0
 }

@@ -71,6 +71,9 @@ class EccCounts:
     uncorrected: int | None = None
     sram_uncorrected: int | None = None
     dram_uncorrected: int | None = None
+    # Newer schemas split by memory kind; public health checks threshold SRAM and DRAM apart.
+    sram_corrected: int | None = None
+    dram_corrected: int | None = None
 
 
 @dataclass(frozen=True)
@@ -129,6 +132,10 @@ class Gpu:
     mig_mode_pending: str | None = None
     mig_devices: tuple[MigDevice, ...] = ()
     persistence_mode: bool | None = None
+    # nvidia-smi gpu_reset_status / gpu_recovery_action: what the driver itself asks for.
+    reset_required: bool | None = None
+    drain_and_reset_recommended: bool | None = None
+    recovery_action: str | None = None  # e.g. "None", "Reset", "Reboot", "Drain P2P"
 
 
 @dataclass(frozen=True)
@@ -154,6 +161,7 @@ class Topology:
     cpu_affinity: dict[str, str] = field(default_factory=dict)
     numa_affinity: dict[str, str] = field(default_factory=dict)
     legend: dict[str, str] = field(default_factory=dict)  # e.g. NIC0 -> mlx5_0
+    gpu_numa_id: dict[str, str] = field(default_factory=dict)  # GPU NUMA ID column, as printed
 
 
 @dataclass(frozen=True)
@@ -206,6 +214,21 @@ class DeviceNode:
 
 
 @dataclass(frozen=True)
+class PciDevice:
+    """One NVIDIA or AMD PCI function as `lspci -D -n` lists it."""
+
+    bus_id: str  # normalised, see bus_key()
+    class_code: str  # e.g. "0302" (3D controller), "0300" (VGA), "0680" (bridge: NVSwitch)
+    vendor_id: str  # "10de" NVIDIA, "1002" AMD
+    device_id: str
+    revision: str | None = None  # "ff" when config space reads back all ones (device gone)
+
+    @property
+    def is_gpu(self) -> bool:
+        return self.class_code in ("0300", "0302", "0380")
+
+
+@dataclass(frozen=True)
 class OsInfo:
     pretty_name: str | None = None
     id: str | None = None
@@ -226,7 +249,8 @@ class HostSnapshot:
     os: OsInfo = field(default_factory=OsInfo)
     driver_version: str | None = None
     cuda_version: str | None = None
-    driver_version_proc: str | None = None  # /proc/driver/nvidia/version first line
+    # Version of the loaded kernel module, read from /proc/driver/nvidia/version's first line.
+    driver_version_proc: str | None = None
     gpus: tuple[Gpu, ...] = ()
     xid_events: tuple[XidEvent, ...] = ()
     kernel_log_truncated: bool = False
@@ -241,9 +265,15 @@ class HostSnapshot:
     # Problems met while turning sections into this snapshot (section -> message).
     parse_errors: dict[str, str] = field(default_factory=dict)
     sections: dict[str, Section] = field(default_factory=dict)
+    # GPUs the driver says are attached (nvidia-smi attached_gpus); more than len(gpus) means some
+    # could not be queried.
+    attached_gpus: int | None = None
+    # NVIDIA/AMD PCI functions the bus enumerates, whether or not a driver answers for them.
+    pci_devices: tuple[PciDevice, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
-        return _to_jsonable(self)  # type: ignore[no-any-return]
+        result: dict[str, Any] = _to_jsonable(self)
+        return result
 
     def to_json(self) -> str:
         return json.dumps(self.to_dict(), indent=1, sort_keys=False)
@@ -268,7 +298,10 @@ class HostSnapshot:
 
 
 def bus_key(pci_bus_id: str | None) -> str | None:
-    """Normalise a PCI bus id: ``00000000:3b:00.0``, ``0000:3B:00``, ``3b:00.0`` → ``0000:3B:00.0``."""
+    """Normalise a PCI bus id to ``0000:3B:00.0``.
+
+    Accepts ``00000000:3b:00.0``, ``0000:3B:00``, ``3b:00.0`` and a ``PCI:`` prefix.
+    """
     if not pci_bus_id:
         return None
     text = pci_bus_id.strip().upper()

@@ -1,0 +1,148 @@
+"""`rocm-smi --showallinfo --json` (and the default concise table) → AMD :class:`Gpu` records.
+
+rocm-smi's JSON is one object per ``cardN`` plus a ``system`` object, keyed by the human labels
+of the text output, and those labels were renamed between ROCm releases (``GPU ID`` → ``Device
+ID``, ``Card series`` → ``Card Series``, ``Device Name`` appearing in 6.1). Each field is
+looked up under all known labels, case-insensitively. Values are strings, with ``N/A`` (or
+``N/A (Secondary die)``) where the card cannot say.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+from gpuaudit.model.snapshot import Gpu, bus_key
+from gpuaudit.parsers.errors import ParseError
+from gpuaudit.parsers.nvidia_xml import clean, parse_float, parse_int
+
+WHAT = "rocm-smi --json"
+_CARD = re.compile(r"^card(\d+)$")
+_HEX_ONLY = re.compile(r"^0x[0-9a-fA-F]+$")
+_PCIE_LEVEL = re.compile(r"([\d.]+)\s*GT/s\s*x(\d+)")
+# PCIe transfer rate per lane → generation.
+_GEN_BY_RATE = {2.5: 1, 5.0: 2, 8.0: 3, 16.0: 4, 32.0: 5, 64.0: 6}
+_MIB = 1024 * 1024
+
+
+def parse_rocm_smi_json(text: str) -> tuple[Gpu, ...]:
+    """One :class:`Gpu` (vendor ``"amd"``) per ``cardN`` object, ordered by card number."""
+    if not text or not text.strip():
+        raise ParseError(WHAT, "empty output")
+    try:
+        data = json.loads(text)
+    except (json.JSONDecodeError, RecursionError) as exc:
+        raise ParseError(WHAT, f"not JSON: {exc}", text) from exc
+    if not isinstance(data, dict):
+        raise ParseError(WHAT, "top level is not an object", text)
+    system = data.get("system")
+    system = system if isinstance(system, dict) else {}
+    driver = _get(system, "Driver version")
+    cards = sorted(
+        (int(m.group(1)), value)
+        for key, value in data.items()
+        if (m := _CARD.match(key)) and isinstance(value, dict)
+    )
+    if not cards:
+        raise ParseError(WHAT, "no cardN objects", text)
+    return tuple(_gpu(number, card, driver) for number, card in cards)
+
+
+def _gpu(number: int, card: dict[str, Any], driver: str | None) -> Gpu:
+    memory_total = parse_int(_get(card, "VRAM Total Memory (B)"))
+    memory_used = parse_int(_get(card, "VRAM Total Used Memory (B)"))
+    gen, width = _pcie(_get(card, "pcie clock level"))
+    return Gpu(
+        index=number,
+        vendor="amd",
+        name=_name(card),
+        uuid=_get(card, "Unique ID"),
+        serial=_get(card, "Serial Number"),
+        pci_bus_id=bus_key(_get(card, "PCI Bus")),
+        architecture=_get(card, "GFX Version"),
+        vbios_version=_get(card, "VBIOS version"),
+        driver_version=driver,
+        memory_total_mib=memory_total // _MIB if memory_total is not None else None,
+        memory_used_mib=memory_used // _MIB if memory_used is not None else None,
+        temperature_c=parse_float(
+            _get(card, "Temperature (Sensor edge) (C)", "Temperature (Sensor junction) (C)")
+        ),
+        power_draw_w=parse_float(
+            _get(
+                card,
+                "Average Graphics Package Power (W)",
+                "Current Socket Graphics Package Power (W)",
+            )
+        ),
+        power_limit_w=parse_float(_get(card, "Max Graphics Package Power (W)")),
+        utilization_gpu_pct=parse_float(_get(card, "GPU use (%)")),
+        pcie_gen_current=gen,
+        pcie_width_current=width,
+        pcie_replay_count=parse_int(_get(card, "PCIe Replay Count")),
+    )
+
+
+def _get(obj: dict[str, Any], *labels: str) -> str | None:
+    lowered = {str(k).strip().lower(): v for k, v in obj.items()}
+    for label in labels:
+        value = lowered.get(label.lower())
+        if value is None:
+            continue
+        text = clean(str(value))
+        # "N/A (Secondary die)" and similar annotated no-values.
+        if text is None or text.lower().startswith("n/a"):
+            continue
+        return text
+    return None
+
+
+def _name(card: dict[str, Any]) -> str | None:
+    # ROCm 4.x put the PCI vendor id ("0x1002") in "Card series"; a bare hex id is not a name.
+    for label in ("Card Series", "Device Name", "Card Model"):
+        value = _get(card, label)
+        if value and not _HEX_ONLY.match(value):
+            return value
+    return None
+
+
+def _pcie(level: str | None) -> tuple[int | None, int | None]:
+    """``"1 (16.0GT/s x16)"`` → (4, 16): the active PCIe level's generation and width."""
+    match = _PCIE_LEVEL.search(level or "")
+    if not match:
+        return None, None
+    return _GEN_BY_RATE.get(float(match.group(1))), int(match.group(2))
+
+
+def parse_rocm_smi_concise(text: str) -> tuple[Gpu, ...]:
+    """The default `rocm-smi` table: index, temperature, power, power cap, GPU% and the name.
+
+    Each device takes two lines; the second holds the (20-character) name.
+    """
+    what = "rocm-smi (concise table)"
+    rows: list[Gpu] = []
+    lines = (text or "").splitlines()
+    if not any("Concise Info" in line for line in lines):
+        raise ParseError(what, "no 'Concise Info' title", text)
+    for i, line in enumerate(lines):
+        match = re.match(r"^(\d+)\s+\[(0x[0-9a-fA-F]+)\s*:\s*(0x[0-9a-fA-F]+)\]\s+(.*)$", line)
+        if not match:
+            continue
+        cells = match.group(4).split()
+        name = lines[i + 1].strip() if i + 1 < len(lines) else ""
+        watts = [c for c in cells if c.endswith("W")]
+        percents = [c for c in cells if c.endswith("%")]
+        rows.append(
+            Gpu(
+                index=int(match.group(1)),
+                vendor="amd",
+                name=name if name and not name.startswith("=") else None,
+                temperature_c=parse_float(cells[0]) if cells else None,
+                power_draw_w=parse_float(watts[0]) if watts else None,
+                power_limit_w=parse_float(watts[1]) if len(watts) > 1 else None,
+                utilization_gpu_pct=parse_float(percents[-1]) if percents else None,
+            )
+        )
+    if not rows:
+        raise ParseError(what, "no device rows", text)
+    return tuple(rows)

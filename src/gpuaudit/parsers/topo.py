@@ -1,0 +1,270 @@
+"""`nvidia-smi topo -m` (the connection matrix), plus `topo -p2p` and `nvlink -s`.
+
+nvidia-smi prints the matrix with tabs, but captures often arrive with the tabs expanded to
+spaces (pasted into tickets, passed through `column`, ...), and newer drivers wrap the header in
+ANSI underline codes. Two quirks shape the parser:
+
+- the affinity cells can be empty (containers, Windows), so whitespace splitting loses columns;
+- nvidia-smi emits one empty cell *more* than the header announces before ``GPU NUMA ID``
+  (``0-63<TAB>0<TAB><TAB>N/A`` under ``CPU Affinity<TAB>NUMA Affinity<TAB>GPU NUMA ID``).
+
+Space-expanded rows are turned back into cells by counting the 8-column tab stops between tokens,
+and the trailing (affinity) cells are matched to their columns from both ends: the first columns
+take the first cells, the last column takes the last cell.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from gpuaudit.model.snapshot import Topology
+from gpuaudit.parsers.errors import ParseError
+
+_ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]")
+_DEVICE = re.compile(r"^(?:GPU|NIC|NVS|CPU|DPU)\d+$")
+_AFFINITY_COLUMNS = ("CPU Affinity", "NUMA Affinity", "GPU NUMA ID")
+_P2P_STATUSES = frozenset({"OK", "CNS", "GNS", "TNS", "NS", "U", "DR"})
+_LEGEND_ENTRY = re.compile(r"^\s*(\S+)\s*=\s*(.+?)\s*$")
+_NIC_LEGEND_ENTRY = re.compile(r"^\s*(NIC\d+)\s*:\s*(\S+)\s*$")
+_NVLINK_GPU = re.compile(r"^GPU (\d+): (.*?)(?: \(UUID: ([^)]*)\))?\s*$")
+_NVLINK_LINK = re.compile(r"^\s*Link (\d+): (.*?)\s*$")
+_TAB = 8
+
+
+@dataclass(frozen=True)
+class NvlinkLink:
+    link: int
+    speed_gbps: float | None  # None when the link is inactive
+    state: str  # "active" | "inactive" | what was printed
+
+
+@dataclass(frozen=True)
+class NvlinkGpu:
+    index: int
+    name: str
+    uuid: str | None
+    links: tuple[NvlinkLink, ...] = ()
+    # What nvidia-smi said instead of links, e.g. "NVML: Unable to retrieve NVLink information
+    # as all links are inactive".
+    message: str = ""
+
+    @property
+    def all_inactive(self) -> bool:
+        if self.links:
+            return all(link.state != "active" for link in self.links)
+        return "inactive" in self.message.lower()
+
+
+def parse_topo_matrix(text: str) -> Topology:
+    """Parse `nvidia-smi topo -m`. Raises :class:`ParseError` for `topo -p2p`/`nvlink -s` text."""
+    what = "nvidia-smi topo -m"
+    header, rows, legend = _split(text, what)
+    columns = _header_columns(header)
+    trailing = [c for c in columns if c in _AFFINITY_COLUMNS]
+    matrix_columns = [c for c in columns if c not in _AFFINITY_COLUMNS]
+    if not matrix_columns:
+        raise ParseError(what, "the header names no GPU or NIC columns", text)
+
+    devices: list[str] = []
+    matrix: list[tuple[str, ...]] = []
+    cpu: dict[str, str] = {}
+    numa: dict[str, str] = {}
+    gpu_numa: dict[str, str] = {}
+    for line in rows:
+        label, cells = _row_cells(line)
+        if not _DEVICE.match(label):
+            raise ParseError(what, f"unexpected row label {label!r}", text)
+        values = [c for c in cells if c]
+        if len(values) < len(matrix_columns):
+            raise ParseError(
+                what,
+                f"row {label} has {len(values)} cells, the header names {len(matrix_columns)}",
+                text,
+            )
+        cut = _after_nth_value(cells, len(matrix_columns))
+        devices.append(label)
+        matrix.append(tuple(values[: len(matrix_columns)]))
+        for column, value in _match_trailing(trailing, cells[cut:]).items():
+            target = {"CPU Affinity": cpu, "NUMA Affinity": numa, "GPU NUMA ID": gpu_numa}[column]
+            target[label] = value
+
+    if not trailing and _looks_like_p2p(matrix):
+        raise ParseError(what, "this is `nvidia-smi topo -p2p` output, not `topo -m`", text)
+    return Topology(
+        devices=tuple(devices),
+        columns=tuple(matrix_columns),
+        matrix=tuple(matrix),
+        cpu_affinity=cpu,
+        numa_affinity=numa,
+        legend=legend,
+        gpu_numa_id=gpu_numa,
+    )
+
+
+def parse_p2p_matrix(text: str) -> Topology:
+    """Parse `nvidia-smi topo -p2p r|w|n|a|p` into a Topology (matrix and legend only)."""
+    what = "nvidia-smi topo -p2p"
+    header, rows, legend = _split(text, what)
+    columns = _header_columns(header)
+    devices: list[str] = []
+    matrix: list[tuple[str, ...]] = []
+    for line in rows:
+        label, cells = _row_cells(line)
+        values = [c for c in cells if c]
+        if not _DEVICE.match(label) or len(values) != len(columns):
+            raise ParseError(what, f"malformed row {line.strip()!r}", text)
+        devices.append(label)
+        matrix.append(tuple(values))
+    if not _looks_like_p2p(matrix):
+        raise ParseError(what, "cells are not P2P statuses (OK/CNS/GNS/TNS/NS/U)", text)
+    return Topology(
+        devices=tuple(devices), columns=tuple(columns), matrix=tuple(matrix), legend=legend
+    )
+
+
+def parse_nvlink_status(text: str) -> tuple[NvlinkGpu, ...]:
+    """Parse `nvidia-smi nvlink -s`: per GPU, each link's speed or inactive state."""
+    what = "nvidia-smi nvlink -s"
+    gpus: list[NvlinkGpu] = []
+    current: dict | None = None
+    for raw in _clean_lines(text):
+        line = raw.strip()
+        if not line:
+            continue
+        gpu = _NVLINK_GPU.match(line)
+        if gpu:
+            if current:
+                gpus.append(_nvlink_gpu(current))
+            current = {"index": int(gpu.group(1)), "name": gpu.group(2), "uuid": gpu.group(3)}
+            current["links"], current["message"] = [], []
+            continue
+        if current is None:
+            raise ParseError(what, "text before the first 'GPU n:' line", text)
+        link = _NVLINK_LINK.match(line)
+        if link:
+            current["links"].append(_nvlink_link(int(link.group(1)), link.group(2)))
+        else:
+            current["message"].append(line)
+    if current:
+        gpus.append(_nvlink_gpu(current))
+    if not gpus and text.strip():
+        raise ParseError(what, "no 'GPU n:' lines", text)
+    return tuple(gpus)
+
+
+# --- helpers ------------------------------------------------------------------------------------
+
+
+def _clean_lines(text: str) -> list[str]:
+    return [_ANSI.sub("", line).rstrip("\r\n") for line in text.splitlines()]
+
+
+def _split(text: str, what: str) -> tuple[str, list[str], dict[str, str]]:
+    """Header line, matrix rows, and the legend entries of a topo-style table."""
+    lines = _clean_lines(text or "")
+    nonblank = [i for i, line in enumerate(lines) if line.strip()]
+    if not nonblank:
+        raise ParseError(what, "empty output")
+    first = lines[nonblank[0]]
+    if _NVLINK_GPU.match(first.strip()):
+        raise ParseError(what, "this is `nvidia-smi nvlink -s` output", text)
+    if not any(_DEVICE.match(tok) for tok in re.split(r"\s+", first.strip())):
+        raise ParseError(what, "no GPU/NIC column header", text)
+
+    rows: list[str] = []
+    index = nonblank[0] + 1
+    while index < len(lines) and lines[index].strip() and not _is_legend_title(lines[index]):
+        rows.append(lines[index])
+        index += 1
+    if not rows:
+        raise ParseError(what, "header without rows", text)
+    return first, rows, _legend(lines[index:])
+
+
+def _is_legend_title(line: str) -> bool:
+    return line.strip().endswith("Legend:")
+
+
+def _legend(lines: list[str]) -> dict[str, str]:
+    legend: dict[str, str] = {}
+    for line in lines:
+        nic = _NIC_LEGEND_ENTRY.match(line)
+        entry = nic or _LEGEND_ENTRY.match(line)
+        if entry:
+            legend[entry.group(1)] = entry.group(2)
+    return legend
+
+
+def _header_columns(header: str) -> list[str]:
+    parts = header.split("\t") if "\t" in header else re.split(r"\s{2,}", header)
+    return [p.strip() for p in parts if p.strip()]
+
+
+def _row_cells(line: str) -> tuple[str, list[str]]:
+    """The row label and its cells, empty cells included."""
+    if "\t" in line:
+        parts = [p.strip() for p in line.split("\t")]
+        # p2p rows start with a space before the label; a leading empty part is that space.
+        while parts and not parts[0]:
+            parts.pop(0)
+        return (parts[0] if parts else ""), parts[1:]
+    tokens = [(m.start(), m.end(), m.group()) for m in re.finditer(r"\S+", line)]
+    if not tokens:
+        return "", []
+    cells: list[str] = []
+    previous_end = tokens[0][1]
+    for start, end, token in tokens[1:]:
+        # Each tab stop crossed between two tokens is one tab, so one cell boundary.
+        stops = start // _TAB - previous_end // _TAB
+        cells.extend([""] * max(0, stops - 1))
+        cells.append(token)
+        previous_end = end
+    return tokens[0][2], cells
+
+
+def _after_nth_value(cells: list[str], n: int) -> int:
+    """Index just past the n-th non-empty cell (matrix cells are never empty)."""
+    seen = 0
+    for index, cell in enumerate(cells):
+        seen += bool(cell)
+        if seen == n:
+            return index + 1
+    return len(cells)
+
+
+def _match_trailing(columns: list[str], cells: list[str]) -> dict[str, str]:
+    while cells and not cells[-1]:
+        cells = cells[:-1]
+    if not columns or not cells:
+        return {}
+    if len(cells) <= len(columns):
+        return {column: cells[i] if i < len(cells) else "" for i, column in enumerate(columns)}
+    matched = {column: cells[i] for i, column in enumerate(columns[:-1])}
+    matched[columns[-1]] = cells[-1]
+    return matched
+
+
+def _looks_like_p2p(matrix: list[tuple[str, ...]]) -> bool:
+    values = {cell for row in matrix for cell in row if cell != "X"}
+    return bool(values) and values <= _P2P_STATUSES
+
+
+def _nvlink_link(number: int, value: str) -> NvlinkLink:
+    lowered = value.lower()
+    if "inactive" in lowered:
+        return NvlinkLink(number, None, "inactive")
+    match = re.match(r"([\d.]+)\s*GB/s", value)
+    if match:
+        return NvlinkLink(number, float(match.group(1)), "active")
+    return NvlinkLink(number, None, value)
+
+
+def _nvlink_gpu(data: dict) -> NvlinkGpu:
+    return NvlinkGpu(
+        index=data["index"],
+        name=data["name"],
+        uuid=data["uuid"],
+        links=tuple(data["links"]),
+        message=" ".join(data["message"]),
+    )
