@@ -14,7 +14,6 @@ import os
 import subprocess
 import sys
 from collections.abc import Sequence
-from importlib.resources import files
 from pathlib import Path
 
 from gpuaudit.collect import collector_script
@@ -32,8 +31,7 @@ def cmd_audit(args: argparse.Namespace) -> int:
 
     run = new_run_dir(args.reports_dir, args.run_id)
     env = dict(os.environ, GPUAUDIT_RUN_DIR=str(Path(run.path).resolve()))
-    config = str(files("gpuaudit").joinpath("pyinfra_config.py"))
-    command = [sys.executable, "-m", "pyinfra", "-y", "--config", config, args.inventory]
+    command = [sys.executable, "-m", "pyinfra", "-y", args.inventory]
     command += [*args.pyinfra_args, "gpuaudit.deploy.audit"]
     # pyinfra exits 1 whenever a host failed; for an audit that is a finding, so the exit status
     # here comes from the register (and --fail-on), not from pyinfra.

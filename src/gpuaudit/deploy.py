@@ -25,7 +25,8 @@ from typing import Any
 
 from pyinfra import logger, state
 from pyinfra.api.host import Host
-from pyinfra.api.state import BaseStateCallback, State
+from pyinfra.api.exceptions import ConnectError
+from pyinfra.api.state import State
 from pyinfra.context import ctx_state
 from pyinfra.operations import python
 
@@ -51,19 +52,6 @@ HOST_DATA_KEYS = (
 )
 
 _runs: dict[int, RunDir] = {}
-_connect_errors: dict[str, str] = {}
-
-
-class _ConnectErrorRecorder(BaseStateCallback):
-    @staticmethod
-    def host_connect_error(state: State, host: Host, error: Any) -> None:
-        _connect_errors[host.name] = str(error) or type(error).__name__
-
-
-def record_connect_errors() -> None:
-    """Keep each host's connection error for the register (called from pyinfra's config.py,
-    which runs before pyinfra connects)."""
-    state.add_callback_handler(_ConnectErrorRecorder())
 
 
 def host_data_for_snapshot(h: Host) -> dict[str, Any]:
@@ -124,30 +112,48 @@ def collect_host(state: State, host: Host, run: RunDir) -> None:
     logger.info(f"{host.print_prefix}gpuaudit snapshot: {snapshot.status.value} → {path}")
 
 
+def _retry_connect(other: Host) -> str | None:
+    """Connect once more to a host that failed to connect; None when it now answers.
+
+    pyinfra logs a connection error but does not keep it, and the register must say why a
+    host could not be audited (refused, timed out, authentication failed).
+    """
+    try:
+        other.connect(raise_exceptions=True, show_errors=False)
+    except ConnectError as error:
+        return str(error) or type(error).__name__
+    except Exception as error:
+        return f"{type(error).__name__}: {error}"
+    return None
+
+
 def write_register(state: State, host: Host, run: RunDir) -> None:
-    """Add snapshots for hosts that never answered, then write the register and the page."""
+    """Account for every inventory host, then write the register and the page.
+
+    Hosts that failed to connect get one more attempt: a host that answers now is collected,
+    the others are written as unreachable with the connection error.
+    """
     collected = {s.host for s in run.load_snapshots()}
     for other in state.inventory:
-        if other.name in collected:
+        if other.name in collected or not state.is_host_in_limit(other):
             continue
-        detail = _connect_errors.get(other.name)
-        if other in state.failed_hosts and not other.connected:
-            run.write_snapshot(
-                unreachable_snapshot(
-                    other.name,
-                    detail or "could not connect (the connection error is in pyinfra's log)",
-                    host_data=host_data_for_snapshot(other),
-                    collected_at=_now(),
-                )
-            )
-        elif state.is_host_in_limit(other):
+        host_data = host_data_for_snapshot(other)
+        if other.connected:
             run.write_snapshot(
                 failed_snapshot(
                     other.name,
-                    detail or "the host failed before its collection finished",
-                    host_data=host_data_for_snapshot(other),
+                    "the host failed before its collection finished",
+                    host_data=host_data,
                     collected_at=_now(),
                 )
+            )
+            continue
+        error = _retry_connect(other)
+        if error is None:
+            collect_host(state, other, run)
+        else:
+            run.write_snapshot(
+                unreachable_snapshot(other.name, error, host_data=host_data, collected_at=_now())
             )
     index = run.write_report(run.load_snapshots())
     logger.info(f"--> gpuaudit risk register: {index}")

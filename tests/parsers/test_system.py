@@ -143,3 +143,17 @@ def test_lspci_counts_display_and_3d_functions_only() -> None:
     assert devices[0].bus_id == "0000:3B:00.0"
     assert devices[1].revision == "ff"  # config space unreadable: device gone from the bus
     assert devices[4].vendor_id == "1002" and devices[4].revision is None
+
+
+def test_packages_keep_held_and_skip_not_installed() -> None:
+    text = (
+        "nvidia-driver-550\t550.127.05-0ubuntu1\thold ok installed\n"
+        "libnvidia-compute-550\t550.127.05-0ubuntu1\tinstall ok installed\n"
+        "nvidia-driver-535\t\tunknown ok not-installed\n"
+        "nvidia-dkms-535\t535.183.01-0ubuntu1\tdeinstall ok config-files\n"
+    )
+    packages = parse_packages(text, holds=frozenset())
+    assert [(p.name, p.held) for p in packages] == [
+        ("nvidia-driver-550", True),
+        ("libnvidia-compute-550", False),
+    ]

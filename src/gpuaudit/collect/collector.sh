@@ -72,7 +72,7 @@ s_kernel_log() {
 s_packages() {
   if ga_has dpkg-query; then
     dpkg-query -W -f='${Package}\t${Version}\t${Status}\n' 'nvidia-*' 'libnvidia-*' 'cuda-drivers*' \
-      'datacenter-gpu-manager*' 'amdgpu*' 'rocm*' 2>/dev/null | grep 'install ok installed'
+      'datacenter-gpu-manager*' 'amdgpu*' 'rocm*' 2>/dev/null | grep -E ' ok installed$'
     return 0
   elif ga_has rpm; then
     rpm -qa --qf '%{NAME}\t%{VERSION}-%{RELEASE}\tinstall ok installed\n' \

@@ -88,10 +88,14 @@ def parse_packages(
         parts = line.split("\t")
         if len(parts) < 2 or not parts[0].strip():
             continue
-        if len(parts) >= 3 and "installed" not in parts[2]:
+        # dpkg status "<want> ok installed": want is "install", or "hold" for a held package;
+        # "not-installed" and "config-files" are not installed packages.
+        status = parts[2].split() if len(parts) >= 3 else ["install", "ok", "installed"]
+        if not status or status[-1] != "installed":
             continue
         name = parts[0].strip()
-        packages.append(Package(name=name, version=parts[1].strip(), held=name in holds))
+        held = name in holds or status[0] == "hold"
+        packages.append(Package(name=name, version=parts[1].strip(), held=held))
     return tuple(packages)
 
 

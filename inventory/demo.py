@@ -1,0 +1,105 @@
+"""Demo fleet of simulated GPU hosts: runs anywhere, no GPU needed.
+
+    pyinfra -y inventory/demo.py deploys/audit.py
+
+Every host is ``@sim/<name>``: the gpuaudit simulator (gpuaudit.sim) builds it from the profile
+of the same name (real nvidia-smi / rocm-smi captures plus the faults listed below) under
+``$GPUAUDIT_SIM_DIR`` (default ``./.gpuaudit-sim``) and keeps its state between runs; set
+``sim_reset=True`` on a host (or delete the directory) to start it afresh.
+
+Groups: one per GPU model, with the host data the rules read (``gpu_model``, ``gpu_vendor``,
+``expected_gpu_count``, ``desired_driver_version``), and ``demo`` for the whole fleet. Group
+names differ from inventory/prod.py's on purpose so that group_data/ of the production fleet
+does not apply here.
+
+    a100-hgx-01    healthy                          v100-01        healthy
+    a100-hgx-02    row remap pending on GPU 3       v100-02        driver not loaded
+    a100-hgx-03    driver drift, no fabric manager  t4-01          healthy
+    a100-hgx-04    MIG layout, GPU 7 MIG pending    t4-02          persistence off, low rmem_max
+    a100-hgx-05    GPU fallen off the bus, XID 79   t4-03          nvidia-smi missing
+    a10g-01        XID storm                        p100-01        0666 device nodes, no holds
+    a10g-02        unreachable                      rtx3090-01     PCIe x8 of x16 under load
+    rtx4000ada-01  HW slowdown                      mi100-01       AMD, rocm-smi only
+"""
+
+a100_sxm4_80gb = (
+    [
+        "@sim/a100-hgx-01",
+        "@sim/a100-hgx-02",
+        "@sim/a100-hgx-03",
+        "@sim/a100-hgx-04",
+        "@sim/a100-hgx-05",
+    ],
+    {
+        "gpu_model": "NVIDIA A100-SXM4-80GB",
+        "gpu_vendor": "nvidia",
+        "expected_gpu_count": 8,
+        "desired_driver_version": "535.161.08",
+        "required_cuda_versions": ["12.2"],
+    },
+)
+
+v100_pcie_32gb = (
+    ["@sim/v100-01", "@sim/v100-02"],
+    {
+        "gpu_model": "Tesla V100-PCIE-32GB",
+        "gpu_vendor": "nvidia",
+        "expected_gpu_count": 2,
+        "desired_driver_version": "470.223.02",
+    },
+)
+
+tesla_t4 = (
+    ["@sim/t4-01", "@sim/t4-02", "@sim/t4-03"],
+    {
+        "gpu_model": "Tesla T4",
+        "gpu_vendor": "nvidia",
+        "expected_gpu_count": 1,
+        "desired_driver_version": "515.105.01",
+    },
+)
+
+a10g = (
+    ["@sim/a10g-01", "@sim/a10g-02"],
+    {
+        "gpu_model": "NVIDIA A10G",
+        "gpu_vendor": "nvidia",
+        "expected_gpu_count": 1,
+        "desired_driver_version": "515.105.01",
+    },
+)
+
+tesla_p100 = (
+    ["@sim/p100-01"],
+    {"gpu_model": "Tesla P100-PCIE-16GB", "gpu_vendor": "nvidia", "expected_gpu_count": 1},
+)
+
+rtx3090 = (
+    ["@sim/rtx3090-01"],
+    {"gpu_model": "NVIDIA GeForce RTX 3090", "gpu_vendor": "nvidia", "expected_gpu_count": 2},
+)
+
+rtx4000_ada = (
+    ["@sim/rtx4000ada-01"],
+    {
+        "gpu_model": "NVIDIA RTX 4000 SFF Ada Generation",
+        "gpu_vendor": "nvidia",
+        "expected_gpu_count": 1,
+    },
+)
+
+mi100 = (
+    ["@sim/mi100-01"],
+    {"gpu_model": "AMD Instinct MI100", "gpu_vendor": "amd", "expected_gpu_count": 6},
+)
+
+demo = (
+    a100_sxm4_80gb[0]
+    + v100_pcie_32gb[0]
+    + tesla_t4[0]
+    + a10g[0]
+    + tesla_p100[0]
+    + rtx3090[0]
+    + rtx4000_ada[0]
+    + mi100[0]
+)

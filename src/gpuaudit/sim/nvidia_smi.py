@@ -1,0 +1,298 @@
+"""The simulated ``nvidia-smi``: queries answered from real captures, changes kept in the state.
+
+Simulated: ``-q -x`` (``-i``), ``-L``, ``--query-gpu=… --format=csv[,noheader][,nounits]``,
+``topo -m``, ``mig -lgi | -lci | -cgi … [-C] | -cci | -dci | -dgi``, ``-pm 0|1``, ``-mig 0|1``,
+``-r``. Anything else exits 2 with a message naming the simulator, so a test that needs more
+fails loudly instead of parsing a made-up answer. Messages are the driver's own words.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+
+from gpuaudit.sim.fixtures import render_topology
+from gpuaudit.sim.state import (
+    driver_answers,
+    edit_state,
+    fault_param,
+    gpu_reset,
+    has_fault,
+    load_state,
+    record_event,
+    select_gpus,
+    visible_gpus,
+)
+
+# Typing names for the checker only: importing typing costs each tool call milliseconds.
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
+
+    from gpuaudit.sim.state import State
+
+DRIVER_NOT_LOADED = (
+    "NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver. "
+    "Make sure that the latest NVIDIA driver is installed and running."
+)
+INVALID_ARGS = "Invalid combination of input arguments. Please run 'nvidia-smi -h' for help."
+RC_INVALID, RC_NOT_SUPPORTED, RC_NOT_FOUND, RC_DRIVER, RC_GPU_LOST, RC_MISMATCH = 2, 3, 6, 9, 15, 18
+RC_UNKNOWN = 255
+# Daemons that keep a handle open on every GPU, so a MIG mode change waits for a reset.
+_GPU_HOLDERS = ("nvidia-dcgm", "dcgm")
+
+_VALUE_OPTIONS = {
+    "-i": "id", "--id": "id", "-pm": "pm", "--persistence-mode": "pm", "-mig": "mig",
+    "--multi-instance-gpu": "mig", "--query-gpu": "query_gpu", "--format": "format",
+    "-cgi": "cgi", "--create-gpu-instance": "cgi", "-cci": "cci",
+    "--create-compute-instance": "cci", "-gi": "gi", "--gpu-instance-id": "gi",
+    "-ci": "ci", "--compute-instance-id": "ci", "-d": "display", "--display": "display",
+    "-f": "filename", "--filename": "filename",
+}  # fmt: skip
+_FLAG_OPTIONS = {
+    "-q": "query", "--query": "query", "-x": "xml", "--xml-format": "xml", "-L": "list",
+    "--list-gpus": "list", "-r": "reset", "--gpu-reset": "reset", "-m": "matrix",
+    "--matrix": "matrix", "-lgi": "lgi", "--list-gpu-instances": "lgi", "-lci": "lci",
+    "--list-compute-instances": "lci", "-C": "default_ci", "--default-compute-instance":
+    "default_ci", "-dci": "dci", "--destroy-compute-instance": "dci", "-dgi": "dgi",
+    "--destroy-gpu-instance": "dgi", "-h": "help", "--help": "help",
+}  # fmt: skip
+
+
+class Usage(Exception):
+    """Arguments the simulator cannot answer; the message goes to stderr."""
+
+    def __init__(self, message: str = INVALID_ARGS, rc: int = RC_INVALID) -> None:
+        super().__init__(message)
+        self.rc = rc
+
+
+def run(argv: list[str], state_path: Path) -> int:
+    try:
+        command, opts = _parse(argv)
+    except Usage as exc:
+        print(str(exc), file=sys.stderr)
+        return exc.rc
+    state = load_state(state_path)
+    if not state.get("nvidia") or not driver_answers(state):
+        print(DRIVER_NOT_LOADED)
+        return RC_DRIVER
+    if has_fault(state, "hang"):
+        time.sleep(float(fault_param(state, "hang", "seconds", 3600)))
+    driver = state["nvidia"]["driver"]
+    if driver["installed"] != driver["loaded"]:
+        print("Failed to initialize NVML: Driver/library version mismatch")
+        print("NVML library version: " + ".".join(driver["installed"].split(".")[:2]))
+        return RC_MISMATCH
+    try:
+        return _dispatch(command, opts, state, state_path)
+    except Usage as exc:
+        print(str(exc), file=sys.stderr)
+        return exc.rc
+
+
+def _parse(argv: list[str]) -> tuple[str, dict[str, Any]]:
+    command = ""
+    args = list(argv)
+    if args and args[0] in ("topo", "mig"):
+        command = args.pop(0)
+    opts: dict[str, Any] = {}
+    while args:
+        arg = args.pop(0)
+        name, eq, inline = arg.partition("=")
+        if name in _VALUE_OPTIONS:
+            if not eq:
+                if not args:
+                    raise Usage()
+                inline = args.pop(0)
+            opts[_VALUE_OPTIONS[name]] = inline
+        elif arg in _FLAG_OPTIONS:
+            opts[_FLAG_OPTIONS[arg]] = True
+        else:
+            raise Usage()
+    return command, opts
+
+
+def _not_simulated(argv_hint: str) -> Usage:
+    return Usage(f"nvidia-smi (gpuaudit simulator): {argv_hint} is not simulated", RC_INVALID)
+
+
+def _dispatch(command: str, opts: dict[str, Any], state: State, state_path: Path) -> int:
+    if command == "topo":
+        if opts.keys() != {"matrix"}:
+            raise _not_simulated("this topo query")
+        topology = state["nvidia"].get("topology")
+        if not topology:
+            raise _not_simulated("topo -m for this host")
+        count = len(state["nvidia"]["gpus"])
+        sys.stdout.write(render_topology(topology["fixture"], count, topology.get("replace")))
+        return 0
+    if command == "mig":
+        from gpuaudit.sim.nvidia_smi_mig import run_mig
+
+        return run_mig(opts, state, state_path)
+    if opts.get("help") or "display" in opts or "filename" in opts:
+        raise _not_simulated("this option")
+    if "pm" in opts or "mig" in opts or opts.get("reset"):
+        return _change(opts, state_path)
+    gpus = _selected(state, opts.get("id"))
+    if opts.keys() <= {"query", "xml", "id"} and opts.get("query") and opts.get("xml"):
+        from gpuaudit.sim.nvxml import render_xml
+
+        text = render_xml(state, gpus)
+        if has_fault(state, "truncated_xml"):
+            cut = int(len(text) * float(fault_param(state, "truncated_xml", "fraction", 0.5)))
+            sys.stdout.write(text[:cut])
+            return int(fault_param(state, "truncated_xml", "rc", 0))
+        sys.stdout.write(text)
+        return _report_lost(gpus)
+    if opts.keys() <= {"list", "id"} and opts.get("list"):
+        _list_gpus(state, gpus)
+        return _report_lost(gpus)
+    if "query_gpu" in opts:
+        from gpuaudit.sim.nvidia_smi_query import query_gpu
+
+        rc = query_gpu(state, gpus, opts["query_gpu"], opts.get("format", ""))
+        return rc or _report_lost(gpus)
+    raise _not_simulated("this invocation")
+
+
+def _selected(state: State, selector: str | None) -> list[dict[str, Any]]:
+    try:
+        return select_gpus(state, selector)
+    except LookupError as exc:
+        raise Usage(f"No devices were found matching {exc}", RC_NOT_FOUND) from exc
+
+
+def _report_lost(gpus: list[dict[str, Any]]) -> int:
+    lost = [gpu for gpu in gpus if gpu.get("lost")]
+    for gpu in lost:
+        bus = gpu["bus_id"][4:]
+        print(f"Unable to determine the device handle for GPU{bus}: Unknown Error", file=sys.stderr)
+    return RC_GPU_LOST if lost else 0
+
+
+def _list_gpus(state: State, gpus: list[dict[str, Any]]) -> None:
+    product = state["nvidia"]["product"]
+    for gpu in gpus:
+        if gpu.get("lost"):
+            continue
+        print(f"GPU {gpu['index']}: {product} (UUID: {gpu['uuid']})")
+        mig = gpu.get("mig")
+        if not mig or mig["current"] != "Enabled":
+            continue
+        device = 0
+        for gi in mig["gpu_instances"]:
+            for ci in gi["compute_instances"]:
+                mig_uuid = _mig_uuid(gpu["uuid"], gi["id"], ci["id"])
+                print(f"  MIG {gi['profile']:<11} Device {device:>2}: (UUID: {mig_uuid})")
+                device += 1
+
+
+def _mig_uuid(gpu_uuid: str, gi: int, ci: int) -> str:
+    import uuid
+
+    return "MIG-" + str(uuid.uuid5(uuid.UUID(gpu_uuid[4:]), f"{gi}/{ci}"))
+
+
+def gpus_held(state: State) -> bool:
+    services = state.get("services", {})
+    return any(services.get(unit, {}).get("active") == "active" for unit in _GPU_HOLDERS)
+
+
+def _change(opts: dict[str, Any], state_path: Path) -> int:
+    with edit_state(state_path) as state:
+        gpus = _selected(state, opts.get("id"))
+        if "pm" in opts:
+            return _set_persistence(state, gpus, _on_off(opts["pm"]))
+        if "mig" in opts:
+            return _set_mig_mode(state, gpus, _on_off(opts["mig"]))
+        return _reset(state, gpus)
+
+
+def _on_off(value: str) -> bool:
+    lowered = value.strip().lower()
+    if lowered in ("1", "enabled", "enable"):
+        return True
+    if lowered in ("0", "disabled", "disable"):
+        return False
+    raise Usage()
+
+
+def _set_persistence(state: State, gpus: list[dict[str, Any]], enable: bool) -> int:
+    word = "Enabled" if enable else "Disabled"
+    for gpu in visible_gpus(state):
+        if gpu not in gpus:
+            continue
+        if gpu["persistence_mode"] == word:
+            print(f"Persistence mode is already {word} for GPU {gpu['bus_id']}.")
+        else:
+            print(f"{word} persistence mode for GPU {gpu['bus_id']}.")
+        gpu["persistence_mode"] = word
+        gpu["persistence_pinned"] = True
+    record_event(state, f"nvidia-smi -pm {int(enable)} ({len(gpus)} GPUs)")
+    print("All done.")
+    return 0
+
+
+def _set_mig_mode(state: State, gpus: list[dict[str, Any]], enable: bool) -> int:
+    word, verb = ("Enabled", "enable") if enable else ("Disabled", "disable")
+    held = gpus_held(state)
+    for gpu in gpus:
+        mig = gpu.get("mig")
+        if mig is None or gpu.get("lost"):
+            print(f"Unable to {verb} MIG Mode for GPU {gpu['bus_id']}: Not Supported")
+            print("Terminating early due to previous errors.")
+            return RC_NOT_SUPPORTED
+        if not enable and mig["gpu_instances"]:
+            print(f"Unable to {verb} MIG Mode for GPU {gpu['bus_id']}: In use by another client")
+            print("Terminating early due to previous errors.")
+            return RC_UNKNOWN
+        mig["pending"] = word
+        print(f"{word} MIG Mode for GPU {gpu['bus_id']}")
+        if held and mig["current"] != word:
+            print(
+                f"Warning: MIG mode is in pending {verb} state for GPU {gpu['bus_id']}:"
+                "In use by another client"
+            )
+            print(
+                f"{gpu['bus_id']} is currently being used by one or more other processes (e.g. "
+                "CUDA application or a monitoring application such as another instance of "
+                "nvidia-smi). Please first kill all processes using the device and retry the "
+                "command or reboot the system to make MIG mode effective."
+            )
+        else:
+            mig["current"] = word
+            mig["gpu_instances"] = []
+        record_event(state, f"nvidia-smi -i {gpu['index']} -mig {int(enable)}")
+    print("All done.")
+    return 0
+
+
+def _reset(state: State, gpus: list[dict[str, Any]]) -> int:
+    if gpus_held(state):
+        print(f"GPU {gpus[0]['bus_id']} is currently in use by another process.")
+        print()
+        print(
+            f"{len(gpus)} device is currently being used by one or more other processes (e.g., "
+            "Fabric Manager, CUDA application, graphics application such as an X server, or a "
+            "monitoring application such as another instance of nvidia-smi). Please first kill "
+            "all processes using this device and all compute applications running in the system."
+        )
+        return RC_UNKNOWN
+    for gpu in gpus:
+        gpu_reset(gpu)
+        print(f"GPU {gpu['bus_id']} was successfully reset.")
+        record_event(state, f"nvidia-smi -i {gpu['index']} -r")
+    print("All done.")
+    return 0
+
+
+def mig_gpus(state: State, selector: str | None) -> list[dict[str, Any]]:
+    """GPUs a ``mig`` subcommand acts on: the selected ones whose MIG mode is on."""
+    return [
+        gpu
+        for gpu in _selected(state, selector)
+        if gpu.get("mig") and gpu["mig"]["current"] == "Enabled" and not gpu.get("lost")
+    ]
