@@ -1,9 +1,9 @@
 """The ``gpuaudit`` command.
 
-    gpuaudit audit INVENTORY [--fail-on SEVERITY]   run the audit (pyinfra) and write a register
-    gpuaudit report RUN_DIR                          rebuild register.json + index.html from snapshots
-    gpuaudit rules                                   list the rule catalogue
-    gpuaudit collect-script                          print the collector for hosts audited offline
+gpuaudit audit INVENTORY [--fail-on SEVERITY]   run the audit (pyinfra), write a register
+gpuaudit report RUN_DIR                          rebuild register + page from snapshots
+gpuaudit rules                                   list the rule catalogue
+gpuaudit collect-script                          print the collector for hosts audited offline
 """
 
 from __future__ import annotations
@@ -38,7 +38,10 @@ def cmd_audit(args: argparse.Namespace) -> int:
     pyinfra = subprocess.run(command, env=env, check=False)
     register_path = Path(run.register_path)
     if not register_path.exists():
-        print(f"gpuaudit: no register was written (pyinfra exit {pyinfra.returncode})", file=sys.stderr)
+        print(
+            f"gpuaudit: no register was written (pyinfra exit {pyinfra.returncode})",
+            file=sys.stderr,
+        )
         return 2
     register = json.loads(register_path.read_text(encoding="utf-8"))
     print(f"gpuaudit report: {register_path.parent / 'index.html'}")

@@ -23,9 +23,9 @@ import os
 from datetime import datetime, timezone
 from typing import Any
 
-from pyinfra import logger, state
-from pyinfra.api.host import Host
+from pyinfra import logger
 from pyinfra.api.exceptions import ConnectError
+from pyinfra.api.host import Host
 from pyinfra.api.state import State
 from pyinfra.context import ctx_state
 from pyinfra.operations import python
@@ -97,9 +97,7 @@ def collect_host(state: State, host: Host, run: RunDir) -> None:
                 collected_at=started,
             )
         else:
-            snapshot = build_snapshot(
-                host.name, bundle, host_data=host_data, collected_at=started
-            )
+            snapshot = build_snapshot(host.name, bundle, host_data=host_data, collected_at=started)
     except Exception as error:  # any failure on one host stays on that host
         logging.getLogger(__name__).debug("collection failed on %s", host.name, exc_info=True)
         snapshot = failed_snapshot(

@@ -85,7 +85,7 @@ def running_sshd(workdir: Path, clients: Mapping[Path, Mapping[str, str]]) -> It
                 "KbdInteractiveAuthentication no",
                 "UsePAM no",
                 "StrictModes no",
-                "LogLevel VERBOSE",
+                "LogLevel DEBUG1",  # logs each exec request: the test counts remote commands
                 "",
             ]
         )
@@ -125,3 +125,9 @@ def start_sshd(tmp_path: Path) -> Iterator[Callable[[Mapping[Path, Mapping[str, 
 @pytest.fixture
 def ssh_keygen() -> Callable[[Path], Path]:
     return keygen
+
+
+@pytest.fixture
+def unused_port() -> Callable[[], int]:
+    """A port on 127.0.0.1 that nothing listens on (a host that is down)."""
+    return free_port

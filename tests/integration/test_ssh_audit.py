@@ -1,0 +1,98 @@
+"""The audit through pyinfra's @ssh connector against a real sshd on 127.0.0.1.
+
+Each authorised key logs in to a different simulated GPU host (its environment puts the
+simulated nvidia-smi, dmesg, systemctl … first on PATH); everything else is real: sshd, the
+SSH session, pyinfra, the shell running the collector, the deploy and the register.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from gpuaudit.sim.host import materialize
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def _ssh_host(name: str, port: int, user: str, key: Path, known_hosts: Path, **data: object):
+    return (
+        name,
+        {
+            "ssh_hostname": "127.0.0.1",
+            "ssh_port": port,
+            "ssh_user": user,
+            "ssh_key": str(key),
+            "ssh_known_hosts_file": str(known_hosts),
+            "ssh_allow_agent": False,
+            "ssh_look_for_keys": False,
+            **data,
+        },
+    )
+
+
+def test_audit_over_real_ssh(tmp_path, start_sshd, ssh_keygen, unused_port) -> None:
+    sims = tmp_path / "sim"
+    remap = materialize("a100-hgx-02", "a100-hgx-02", sims)  # row remap pending on GPU 3
+    nodriver = materialize("v100-02", "v100-02", sims)  # driver not loaded
+    keys = tmp_path / "keys"
+    keys.mkdir()
+    key_remap = ssh_keygen(keys / "remap")
+    key_nodriver = ssh_keygen(keys / "nodriver")
+    key_unknown = ssh_keygen(keys / "unknown")  # never authorised: authentication refused
+    sshd = start_sshd({key_remap: remap.env(), key_nodriver: nodriver.env()})
+
+    known = tmp_path / "known_hosts"
+    hosts = [
+        _ssh_host("gpu-remap", sshd.port, sshd.user, key_remap, known,
+                  expected_gpu_count=8, gpu_model="NVIDIA A100-SXM4-80GB"),
+        _ssh_host("gpu-nodriver", sshd.port, sshd.user, key_nodriver, known,
+                  expected_gpu_count=2),
+        _ssh_host("gpu-refused", sshd.port, sshd.user, key_unknown, known),
+        _ssh_host("gpu-down", unused_port(), sshd.user, key_remap, known),
+    ]  # fmt: skip
+    inventory = tmp_path / "inventory.py"
+    inventory.write_text(f"gpu_hosts = {hosts!r}\n")
+
+    reports = tmp_path / "reports"
+    result = subprocess.run(
+        [sys.executable, "-m", "gpuaudit.cli", "audit", str(inventory),
+         "--reports-dir", str(reports), "--run-id", "ssh-run"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    run = reports / "ssh-run"
+    register = json.loads((run / "register.json").read_text())
+
+    hosts_by_name = {h["name"]: h for h in register["hosts"]}
+    assert set(hosts_by_name) == {"gpu-remap", "gpu-nodriver", "gpu-refused", "gpu-down"}
+    assert hosts_by_name["gpu-remap"]["status"] == "ok"
+    assert len(hosts_by_name["gpu-remap"]["gpus"]) == 8
+    assert hosts_by_name["gpu-nodriver"]["status"] == "driver_not_responding"
+    assert hosts_by_name["gpu-refused"]["status"] == "unreachable"
+    assert "auth" in hosts_by_name["gpu-refused"]["status_detail"].lower()
+    assert hosts_by_name["gpu-down"]["status"] == "unreachable"
+
+    found = {(f["rule"], f["host"], f["gpu"]) for f in register["findings"]}
+    assert ("GA304", "gpu-remap", 3) in found  # row remap pending
+    assert ("GA101", "gpu-nodriver", None) in found  # driver not responding
+    assert ("GA001", "gpu-refused", None) in found
+    assert ("GA001", "gpu-down", None) in found
+
+    # The collection really went over SSH: sshd accepted both keys and refused the third.
+    log = sshd.log.read_text()
+    assert log.count("Accepted publickey") == 2
+    # One remote command per audited host: the collector.
+    assert log.count("request exec") == 2, log
+    # Snapshots were written per host, and the page lists every host.
+    assert sorted(p.name for p in (run / "hosts").iterdir()) == sorted(
+        f"{name}.json" for name in hosts_by_name
+    )
+    page = (run / "index.html").read_text()
+    for name in hosts_by_name:
+        assert name in page
