@@ -210,3 +210,13 @@ def test_report_package_does_not_import_pyinfra() -> None:
         "sys.exit('pyinfra' in sys.modules)"
     )
     assert subprocess.run([sys.executable, "-c", code], check=False).returncode == 0
+
+
+def test_written_files_follow_the_umask(tmp_path: Path) -> None:
+    old = os.umask(0o022)
+    try:
+        run = run_module.new_run_dir(tmp_path, "perm-run")
+        path = run.write_snapshot(healthy_host())
+    finally:
+        os.umask(old)
+    assert path.stat().st_mode & 0o777 == 0o644
