@@ -25,17 +25,17 @@ system-deps:
 demo: $(STAMP)
 	$(BIN)/gpuaudit audit inventory/demo.py
 
-test: $(STAMP) system-deps
+test: $(STAMP) system-deps lint
 	$(BIN)/pytest -q
 
 lint: $(STAMP)
-	$(BIN)/ruff check src tests deploys inventory benchmarks config.py
-	$(BIN)/ruff format --check src tests deploys inventory benchmarks config.py
+	$(BIN)/ruff check src tests deploys inventory benchmarks
+	$(BIN)/ruff format --check src tests deploys inventory benchmarks
 	$(BIN)/mypy
 
 fmt: $(STAMP)
-	$(BIN)/ruff format src tests deploys inventory benchmarks config.py
-	$(BIN)/ruff check --fix src tests deploys inventory benchmarks config.py
+	$(BIN)/ruff format src tests deploys inventory benchmarks
+	$(BIN)/ruff check --fix src tests deploys inventory benchmarks
 
 clean:
 	rm -rf $(VENV) .gpuaudit-sim build *.egg-info
