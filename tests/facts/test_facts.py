@@ -96,6 +96,9 @@ def test_collector_reads_files_under_gpuaudit_root(tmp_path: Path) -> None:
     )
     sections = GpuAuditSections().process(result.stdout.splitlines())["sections"]
     assert "550.127.05" in sections["driver_proc"]["stdout"]
+    # Errors name the host's path, not where the root is mounted.
+    assert sections["os_release"]["rc"] == 1
+    assert sections["os_release"]["stderr"] == "/etc/os-release: No such file or directory\n"
     assert sections["sysctl"]["stdout"] == "net.core.rmem_max = 212992\n"
     assert sections["device_nodes"]["stdout"].startswith("666 ")
     assert sections["device_nodes"]["stdout"].split()[-1] == "/dev/nvidia0"  # root stripped

@@ -35,9 +35,15 @@ ga_section() {
   printf '@@%s end %s rc=%s@@\n' "$N" "$ga_name" "$ga_rc"
 }
 ga_missing() { echo "$1: command not found" >&2; return 127; }
+# ga_cat PATH: print a host file (under GPUAUDIT_ROOT); errors name the host's path.
+ga_cat() {
+  if [ -r "$R$1" ]; then cat "$R$1"
+  elif [ -e "$R$1" ]; then echo "$1: Permission denied" >&2; return 1
+  else echo "$1: No such file or directory" >&2; return 1; fi
+}
 
 s_meta() {
-  echo "hostname=$(hostname 2>/dev/null || cat "$R/etc/hostname" 2>/dev/null)"
+  echo "hostname=$(hostname 2>/dev/null || ga_cat /etc/hostname 2>/dev/null)"
   echo "kernel=$(uname -r)"
   echo "date=$(date -u +%Y-%m-%dT%H:%M:%SZ)"
   echo "uid=$(id -u)"
@@ -47,9 +53,9 @@ s_tools() {
     if ga_has "$t"; then echo "$t=1"; else echo "$t=0"; fi
   done
 }
-s_os_release() { cat "$R/etc/os-release"; }
+s_os_release() { ga_cat /etc/os-release; }
 s_nvidia() { ga_has nvidia-smi || ga_missing nvidia-smi || return; ga_run nvidia-smi "$@"; }
-s_driver_proc() { cat "$R/proc/driver/nvidia/version"; }
+s_driver_proc() { ga_cat /proc/driver/nvidia/version; }
 # Only the lines that matter, and only the newest KLOG_MAX of them; say when it was cut.
 ga_klog_filter() {
   grep -E 'NVRM|Xid|SXid|fallen off the bus|nvidia-peermem|amdgpu.*(error|fault|reset)' >"$GA_TMP/klog"
