@@ -102,3 +102,34 @@ def test_collector_reads_files_under_gpuaudit_root(tmp_path: Path) -> None:
     assert sections["sysctl"]["stdout"] == "net.core.rmem_max = 212992\n"
     assert sections["device_nodes"]["stdout"].startswith("666 ")
     assert sections["device_nodes"]["stdout"].split()[-1] == "/dev/nvidia0"  # root stripped
+
+
+def test_kernel_log_is_filtered_and_bounded(tmp_path: Path) -> None:
+    """A huge kernel log: only matching lines travel, the newest ones, each cut to 2 KiB."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    dmesg = bin_dir / "dmesg"
+    dmesg.write_text(
+        "#!/bin/sh\n"
+        "i=0; while [ $i -lt 7000 ]; do\n"
+        '  echo "[ $i.000000] NVRM: Xid (PCI:0000:3b:00): 13, pid=1, Graphics Exception"\n'
+        '  echo "[ $i.000001] eth0: link up"\n'
+        "  i=$((i+1)); done\n"
+        "printf '[ 9999.0] NVRM: %05000d\\n' 0\n"
+    )
+    dmesg.chmod(0o755)
+    script = collector_script("klog01")
+    result = subprocess.run(
+        ["sh", "-c", f"PATH={shlex.quote(str(bin_dir))}:/usr/bin:/bin; {script}"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    section = GpuAuditSections().process(result.stdout.splitlines())["sections"]["kernel_log"]
+    lines = section["stdout"].splitlines()
+    assert len(lines) == 5000
+    assert section["truncated"] is True
+    assert "lines=7001 max=5000" in section["stderr"]
+    assert not any("eth0" in line for line in lines)
+    assert lines[0].startswith("[ 2001.000000] NVRM: Xid")  # the newest lines are kept
+    assert len(lines[-1]) == 2048

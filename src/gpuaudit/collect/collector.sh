@@ -58,7 +58,9 @@ s_nvidia() { ga_has nvidia-smi || ga_missing nvidia-smi || return; ga_run nvidia
 s_driver_proc() { ga_cat /proc/driver/nvidia/version; }
 # Only the lines that matter, and only the newest KLOG_MAX of them; say when it was cut.
 ga_klog_filter() {
-  grep -E 'NVRM|Xid|SXid|fallen off the bus|nvidia-peermem|amdgpu.*(error|fault|reset)' >"$GA_TMP/klog"
+  # cut: a single runaway line must not defeat the bound either.
+  grep -E 'NVRM|Xid|SXid|fallen off the bus|nvidia-peermem|amdgpu.*(error|fault|reset)' \
+    | cut -c1-2048 >"$GA_TMP/klog"
 }
 s_kernel_log() {
   src=""
