@@ -56,12 +56,26 @@ def cmd_audit(args: argparse.Namespace) -> int:
     return 0
 
 
+def _report_from_bundles(args: argparse.Namespace) -> Path:
+    from gpuaudit.offline import snapshots_from_bundles
+    from gpuaudit.report.run import new_run_dir
+
+    snapshots = snapshots_from_bundles(Path(p) for p in args.bundle)
+    run = new_run_dir(args.reports_dir, args.run_id)
+    for snapshot in snapshots:
+        run.write_snapshot(snapshot)
+    return run.write_report(run.load_snapshots())
+
+
 def cmd_report(args: argparse.Namespace) -> int:
     from gpuaudit.report.run import rebuild
 
+    if bool(args.bundle) == bool(args.run_dir):
+        print("gpuaudit: give either a run directory or --bundle FILE...", file=sys.stderr)
+        return 2
     try:
-        index = rebuild(Path(args.run_dir))
-    except FileNotFoundError as error:
+        index = _report_from_bundles(args) if args.bundle else rebuild(Path(args.run_dir))
+    except (FileNotFoundError, ValueError) as error:
         print(f"gpuaudit: {error}", file=sys.stderr)
         return 2
     print(f"gpuaudit report: {index}")
@@ -125,8 +139,18 @@ def build_parser() -> argparse.ArgumentParser:
                        help="audit only matching hosts or groups (pyinfra --limit)")  # fmt: skip
     audit.set_defaults(func=cmd_audit)
 
-    report = sub.add_parser("report", help="rebuild a run's register from its snapshots")
-    report.add_argument("run_dir")
+    report = sub.add_parser(
+        "report", help="rebuild a run's register from its snapshots, or build one from bundles"
+    )
+    report.add_argument("run_dir", nargs="?", help="a run directory (reports/<run-id>)")
+    report.add_argument(
+        "--bundle",
+        nargs="+",
+        metavar="FILE",
+        help="collector outputs (sh collect.sh > HOST.bundle) for a new run",
+    )
+    report.add_argument("--reports-dir", default="reports", help="where --bundle runs go")
+    report.add_argument("--run-id", default=None, help="run id for --bundle runs")
     report.set_defaults(func=cmd_report)
 
     rules = sub.add_parser("rules", help="list the rule catalogue")
