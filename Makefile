@@ -16,11 +16,15 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install -q -e '.[test]'
 	touch $(STAMP)
 
-# The SSH integration test starts a real sshd on 127.0.0.1.
+# The SSH integration test starts a real sshd on 127.0.0.1; the browser tests drive Debian's
+# chromium (Playwright's own browser downloads are never used).
 system-deps:
 	@command -v sshd >/dev/null 2>&1 || [ -x /usr/sbin/sshd ] || { \
 		echo "installing openssh-server"; $(APT) update -qq && \
 		DEBIAN_FRONTEND=noninteractive $(APT) install -y -qq openssh-server openssh-client; }
+	@[ -x /usr/bin/chromium ] || { \
+		echo "installing chromium"; $(APT) update -qq && \
+		DEBIAN_FRONTEND=noninteractive $(APT) install -y -qq chromium; }
 
 demo: $(STAMP)
 	$(BIN)/gpuaudit audit inventory/demo.py

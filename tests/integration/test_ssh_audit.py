@@ -74,8 +74,9 @@ def test_audit_over_real_ssh(tmp_path, start_sshd, ssh_keygen, unused_port) -> N
     assert hosts_by_name["gpu-remap"]["status"] == "ok"
     assert len(hosts_by_name["gpu-remap"]["gpus"]) == 8
     assert hosts_by_name["gpu-nodriver"]["status"] == "driver_not_responding"
-    assert hosts_by_name["gpu-refused"]["status"] == "unreachable"
-    assert "auth" in hosts_by_name["gpu-refused"]["status_detail"].lower()
+    # sshd answered and refused the key: not the same as a host that is down.
+    assert hosts_by_name["gpu-refused"]["status"] == "auth_failed"
+    assert "authentication failed" in hosts_by_name["gpu-refused"]["status_detail"].lower()
     assert hosts_by_name["gpu-down"]["status"] == "unreachable"
 
     found = {(f["rule"], f["host"], f["gpu"]) for f in register["findings"]}

@@ -5,7 +5,8 @@ from pathlib import Path
 import pytest
 
 from gpuaudit.parsers.errors import ParseError
-from gpuaudit.parsers.topo import parse_nvlink_status, parse_p2p_matrix, parse_topo_matrix
+from gpuaudit.parsers.nvlink import parse_nvlink
+from gpuaudit.parsers.topo import parse_p2p_matrix, parse_topo_matrix
 
 FIXTURES = Path(__file__).parents[1] / "fixtures"
 TOPO = FIXTURES / "topo"
@@ -52,8 +53,8 @@ def test_nvlink_status_is_refused_by_topo_m_and_read_by_nvlink() -> None:
     name = "azhc-a100-sxm4-80gb-nvlink-status-all-links-inactive.txt"
     with pytest.raises(ParseError, match="nvlink"):
         parse_topo_matrix(read(name))
-    (gpu,) = parse_nvlink_status(read(name))
-    assert (gpu.index, gpu.name) == (6, "NVIDIA A100-SXM4-80GB")
+    (gpu,) = parse_nvlink(read(name))
+    assert gpu.gpu == 6
     assert gpu.uuid == "GPU-9667d95e-6d22-0c22-1f57-c481f13e7c44"
     assert gpu.links == () and gpu.all_inactive
 

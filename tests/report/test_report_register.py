@@ -13,8 +13,18 @@ def test_top_level_contract(fleet: list[HostSnapshot], fleet_findings: list[Find
     reg = build_register(
         fleet, fleet_findings, generated_at=GENERATED_AT, run_id="20261129T161000Z"
     )
-    assert set(reg) == {"schema_version", "generated_at", "run_id", "summary", "hosts", "findings"}
-    assert reg["schema_version"] == REGISTER_SCHEMA_VERSION == "1.0"
+    assert set(reg) == {
+        "schema_version",
+        "generated_at",
+        "run_id",
+        "summary",
+        "hosts",
+        "risks",
+        "findings",
+        "checklists",
+        "trends",
+    }
+    assert reg["schema_version"] == REGISTER_SCHEMA_VERSION == "1.1"
     assert reg["generated_at"] == GENERATED_AT
     assert reg["run_id"] == "20261129T161000Z"
     json.dumps(reg)  # JSON-ready as it is

@@ -82,6 +82,7 @@ def _host(
         "services": (
             Service("nvidia-persistenced", "active", "enabled"),
             Service("nvidia-fabricmanager", "inactive", "not-found"),
+            Service("nvidia-dcgm", "active", "enabled"),
         ),
         "device_nodes": (
             DeviceNode("/dev/nvidiactl", "660", "root", "video"),

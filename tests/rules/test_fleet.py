@@ -1,6 +1,6 @@
 from __future__ import annotations
 
-from gpuaudit.model.snapshot import HostStatus
+from gpuaudit.model.snapshot import HostStatus, OsInfo, Package
 from gpuaudit.rules.base import Severity
 
 H100 = "NVIDIA H100 80GB HBM3"
@@ -42,3 +42,72 @@ def test_tie_prefers_the_newest_version(make_host, make_gpu, findings):
 def test_uniform_fleet_is_silent(make_host, make_gpu, findings):
     fleet = [host(make_host, make_gpu, n, "550.127.05") for n in ("a", "b", "c")]
     assert findings("GA701", *fleet) == []
+
+
+# --- GA702–GA705: firmware, kernel and fabric manager drift within a GPU model ---------------
+
+
+def firmware_host(make_host, make_gpu, name, vbios="96.00.89.00.01", inforom="G520.0200.00.05",
+                  kernel="5.15.0-119-generic", fm=None, model=H100):  # fmt: skip
+    gpus = [make_gpu(i, name=model, vbios_version=vbios, inforom_image=inforom) for i in range(2)]
+    packages = (Package("nvidia-fabricmanager-550", fm),) if fm else ()
+    return make_host(name, gpus=gpus, os=OsInfo(kernel=kernel), packages=packages)
+
+
+def test_vbios_drift_names_the_odd_host(make_host, make_gpu, findings):
+    fleet = [
+        firmware_host(make_host, make_gpu, "h1"),
+        firmware_host(make_host, make_gpu, "h2"),
+        firmware_host(make_host, make_gpu, "h3", vbios="96.00.74.00.0B"),
+        firmware_host(make_host, make_gpu, "l1", vbios="95.02.18.80.5F", model="NVIDIA L4"),
+    ]
+    (f,) = findings("GA702", *fleet)
+    assert (f.host, f.severity, f.category) == ("h3", Severity.MEDIUM, "fleet")
+    assert (f.evidence.fact, f.evidence.actual) == ("gpus[].vbios_version", "96.00.74.00.0B")
+    assert f.evidence.expected == "96.00.89.00.01"
+    assert f.message.startswith("VBIOS version drift.")
+
+
+def test_mixed_vbios_within_one_host_reads_as_its_own_value(make_host, make_gpu, findings):
+    mixed = firmware_host(make_host, make_gpu, "h3")
+    gpus = (mixed.gpus[0], make_gpu(1, name=H100, vbios_version="96.00.74.00.0B"))
+    fleet = [
+        firmware_host(make_host, make_gpu, "h1"),
+        firmware_host(make_host, make_gpu, "h2"),
+        make_host("h3", gpus=gpus, os=mixed.os),
+    ]
+    (f,) = findings("GA702", *fleet)
+    assert f.evidence.actual == "96.00.74.00.0B, 96.00.89.00.01"
+
+
+def test_inforom_kernel_and_fabric_manager_drift(make_host, make_gpu, findings):
+    fleet = [
+        firmware_host(make_host, make_gpu, "h1", fm="550.127.05-1"),
+        firmware_host(make_host, make_gpu, "h2", fm="550.127.05-1"),
+        firmware_host(
+            make_host,
+            make_gpu,
+            "h3",
+            inforom="G520.0200.00.01",
+            kernel="5.15.0-105-generic",
+            fm="1:550.90.07-1",
+        ),
+        firmware_host(make_host, make_gpu, "h4"),  # no fabric manager: not in GA705's count
+    ]
+    (inforom,) = findings("GA703", *fleet)
+    (kernel,) = findings("GA704", *fleet)
+    (fm,) = findings("GA705", *fleet)
+    assert {inforom.host, kernel.host, fm.host} == {"h3"}
+    assert (inforom.severity, kernel.severity, fm.severity) == (
+        Severity.LOW,
+        Severity.MEDIUM,
+        Severity.MEDIUM,
+    )
+    assert kernel.evidence.expected == "5.15.0-119-generic"
+    assert (fm.evidence.actual, fm.evidence.expected) == ("550.90.07-1", "550.127.05-1")
+
+
+def test_uniform_firmware_is_silent(make_host, make_gpu, findings):
+    fleet = [firmware_host(make_host, make_gpu, n) for n in ("a", "b", "c")]
+    for code in ("GA702", "GA703", "GA704", "GA705"):
+        assert findings(code, *fleet) == []

@@ -18,6 +18,7 @@ _CATEGORY_BY_PREFIX = {
     "GA5": "topology",
     "GA6": "system",
     "GA7": "fleet",
+    "GA8": "capacity",
 }
 
 
@@ -51,7 +52,12 @@ def test_required_rules_are_present():
 
 def test_healthy_fleet_has_no_findings(make_host):
     fleet = [make_host("gpu-01"), make_host("gpu-02")]
-    assert evaluate(fleet) == []
+    result = evaluate(fleet)
+    # Only the capacity summary, which is information, not a risk.
+    assert [(f.rule, f.host, f.severity) for f in result] == [
+        ("GA801", "gpu-01", Severity.INFO),
+        ("GA801", "gpu-02", Severity.INFO),
+    ]
 
 
 def test_register_refuses_reused_code_and_undocumented_rules():
@@ -126,7 +132,7 @@ def test_findings_sorted_by_severity_then_host_rule_gpu(make_host, make_gpu):
         gpus=[make_gpu(0, persistence_mode=False), make_gpu(1, persistence_mode=False)],
     )
     b = make_host("a-host", status=HostStatus.UNREACHABLE, gpus=())
-    result = evaluate([a, b])
+    result = evaluate([a, b], {"disabled_rules": ["GA801"]})
     keys = [(f.severity.rank, f.host, f.rule, f.gpu) for f in result]
     assert keys == [
         (3, "a-host", "GA001", None),
@@ -153,7 +159,8 @@ def test_uncollected_host_only_gets_ga001(make_host):
 def test_policy_disables_rules_and_overrides_severity(make_host, make_gpu):
     snap = make_host(gpus=[make_gpu(0, persistence_mode=False)], sysctls={})
     result = evaluate(
-        [snap], {"disabled_rules": ["GA601"], "severity_overrides": {"GA401": "high"}}
+        [snap],
+        {"disabled_rules": ["GA601", "GA801"], "severity_overrides": {"GA401": "high"}},
     )
     assert [(f.rule, f.severity) for f in result] == [("GA401", Severity.HIGH)]
 
@@ -176,7 +183,7 @@ def test_policy_merges_nested_and_host_data_overrides(make_host):
 
 def test_finding_round_trips_through_dict(make_host, make_gpu):
     snap = make_host(gpus=[make_gpu(0, persistence_mode=False)])
-    (finding,) = evaluate([snap])
+    (finding,) = evaluate([snap], {"disabled_rules": ["GA801"]})
     data = finding.to_dict()
     assert data["gpu"] == 0 and data["gpu_uuid"] == "GPU-00000000"
     assert data["operation"] == "gpuaudit.operations.persistence.enable"

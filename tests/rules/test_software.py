@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 from gpuaudit.model.snapshot import HostStatus, Package, Section
+from gpuaudit.parsers.system import parse_lspci
 from gpuaudit.rules.base import Severity
 
 NOT_RESPONDING = (
@@ -31,15 +32,18 @@ def test_fewer_gpus_than_expected_uses_lspci_to_say_where(make_host, findings):
     on_bus = make_host(
         host_data={"expected_gpu_count": 8},
         sections={"lspci": Section(rc=0, stdout=LSPCI_8)},
+        pci_devices=parse_lspci(LSPCI_8),
     )
     (f,) = findings("GA102", on_bus)
     assert f.severity is Severity.HIGH
     assert f.evidence.actual == {"visible": 2, "on_pci_bus": 8}
     assert f.evidence.expected == 8
     assert "not initialised by the driver" in f.message
+    two = "\n".join(LSPCI_8.splitlines()[:2])
     off_bus = make_host(
         host_data={"expected_gpu_count": 8},
-        sections={"lspci": Section(rc=0, stdout="\n".join(LSPCI_8.splitlines()[:2]))},
+        sections={"lspci": Section(rc=0, stdout=two)},
+        pci_devices=parse_lspci(two),
     )
     (g,) = findings("GA102", off_bus)
     assert "missing from the PCIe bus" in g.message

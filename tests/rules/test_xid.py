@@ -25,12 +25,52 @@ def xid(code, bus="0000:18:00.0", ts="[ 10.0]", msg="", gpu=None, kind="xid"):
     return XidEvent(kind, code, bus, msg, raw, timestamp=ts, gpu_index=gpu)
 
 
+# NVIDIA's catalogue beyond the reference notes' table (NVSentinel's xiderrorsmapping.csv).
+BEYOND_REFERENCE = {
+    XidAction.RESTART_APP: [
+        *(11, 25, 60, 82, 85, 86, 88, 89, *range(96, 106), *range(126, 136), 139),
+    ],
+    XidAction.IGNORE: [152, 153],
+    XidAction.RESET_GPU: [162],
+    XidAction.CONTACT_SUPPORT: [
+        *(1, 2, 3, 4, 5, 6, 7, 9, 10, 12, *range(15, 25), *range(26, 31), *range(33, 37)),
+        *(42, 47, 49, 50, 51, 52, 53, 55, 56, 57, 58, 59, 61, 65, 73, 81, 87, 90, 91, 108),
+        *(*range(111, 119), 122, 123, 124, 125, 138, 142),
+    ],
+}
+
+
 def test_catalogue_maps_every_reference_code_to_its_action():
     listed = [c for codes in REFERENCE.values() for c in codes]
-    assert len(listed) == len(set(listed)) == len(CATALOG)
+    assert len(listed) == len(set(listed))
     for action, codes in REFERENCE.items():
         for code in codes:
             assert CATALOG[code].action is action, code
+
+
+def test_catalogue_lists_every_nvidia_code_once_with_its_bucket():
+    table = {**REFERENCE}
+    for action, codes in BEYOND_REFERENCE.items():
+        table[action] = [*table.get(action, []), *codes]
+    listed = [c for codes in table.values() for c in codes]
+    assert sorted(listed) == list(range(1, 163)) == sorted(CATALOG)
+    for action, codes in table.items():
+        for code in codes:
+            assert CATALOG[code].action is action, code
+
+
+def test_codes_without_a_description_are_named_by_nvidia_mnemonic():
+    assert CATALOG[57].label == "XID 57 (FB_LINK_TRAINING_FAILURE_ERROR)"
+    assert CATALOG[137].label == "XID 137 (NVLink FLA privilege error)"
+    assert CATALOG[162].label == "XID 162"  # NVIDIA publishes no mnemonic for it
+    assert lookup(57).action is XidAction.CONTACT_SUPPORT
+    assert lookup(500).label == "XID 500"
+
+
+def test_legacy_code_finding_names_it_and_says_contact_support(make_host, findings):
+    (f,) = findings("GA301", make_host(xid_events=(xid(58),)))
+    assert "XID 58 (FB_MEMORY_ERROR)" in f.message
+    assert f.severity is Severity.MEDIUM and "contact NVIDIA support" in f.remediation
 
 
 @pytest.mark.parametrize(

@@ -21,7 +21,18 @@ else
 fi
 ga_has() { command -v "$1" >/dev/null 2>&1; }
 # Bound a command's run time where timeout(1) exists (a hung driver must not hang the audit).
-ga_run() { if ga_has timeout; then timeout "$T" "$@"; else "$@"; fi; }
+# A driver that hung once hangs every later call too: after the first timeout (exit 124) the
+# other bounded commands are skipped, with the same exit status, instead of each waiting T.
+ga_run() {
+  if [ -s "$GA_TMP/hung" ]; then
+    echo "skipped: $(cat "$GA_TMP/hung") timed out after ${T}s earlier in this run" >&2
+    return 124
+  fi
+  if ga_has timeout; then timeout "$T" "$@"; else "$@"; fi
+  ga_run_rc=$?
+  [ "$ga_run_rc" = 124 ] && echo "$1" >"$GA_TMP/hung"
+  return "$ga_run_rc"
+}
 
 # ga_section NAME COMMAND... : run COMMAND in a subshell and frame its output.
 ga_section() {
@@ -120,12 +131,23 @@ s_device_nodes() {
 }
 s_lspci() { ga_has lspci || ga_missing lspci || return; lspci -D -n -d 10de: ; lspci -D -n -d 1002: ; }
 s_rocm() { ga_has rocm-smi || ga_missing rocm-smi || return; ga_run rocm-smi --showallinfo --json; }
+# The GPUs through NVML (pynvml) or amdsmi where the host's python3 has them: one process reads
+# every device, no nvidia-smi per query. The probe (collect/nvml_probe.py) is pasted below when
+# the script is built; it exits 127 when neither library is installed. GPUAUDIT_NVML=0 skips it.
+s_nvml() {
+  if [ "${GPUAUDIT_NVML:-1}" = 0 ]; then echo "NVML probe disabled (GPUAUDIT_NVML=0)" >&2; return 127; fi
+  ga_has python3 || ga_missing python3 || return
+  ga_run python3 -B - <<'GA_NVML_PROBE_END'
+@NVML_PROBE@
+GA_NVML_PROBE_END
+}
 
 printf '@@gpuaudit-collector 1 %s@@\n' "$N"
 ga_section meta s_meta
 ga_section tools s_tools
 ga_section os_release s_os_release
 ga_section nvidia_smi_xml s_nvidia -q -x
+ga_section nvml s_nvml
 ga_section nvidia_topo s_nvidia topo -m
 ga_section mig_gi s_nvidia mig -lgi
 ga_section mig_ci s_nvidia mig -lci

@@ -35,10 +35,15 @@ class GpuAuditSections(FactBase[dict[str, Any]]):
         # Not collectable: the command did not run to completion (connection lost, killed).
         return {"complete": False, "problems": ["collector produced no output"], "sections": {}}
 
-    def command(self, nonce: str | None = None) -> str:
+    def command(self, nonce: str | None = None, command_timeout: int | None = None) -> str:
         # A per-run nonce in the section markers keeps host output (kernel log lines, GPU
         # names) from ever being read as framing.
-        return collector_script(nonce or new_nonce())
+        script = collector_script(nonce or new_nonce())
+        if command_timeout is None:
+            return script
+        # Set here, not read from the host's environment: the bound on each GPU tool call
+        # must fit inside the time the audit gives the whole collection.
+        return f"GPUAUDIT_TIMEOUT={int(command_timeout)}\n{script}"
 
     def process(self, output: list[str]) -> dict[str, Any]:
         return parse_bundle(output).to_dict()

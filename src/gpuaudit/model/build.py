@@ -10,20 +10,27 @@ Rules this module keeps:
   need to know because XID history then went unchecked);
 - the host status says how far the audit got, and ``status_detail`` says why in one line.
 
-Status, from worst to best:
+Status, from worst to best. The first three come from the connection, before any bundle:
 
+``UNREACHABLE``        no connection could be made (down, firewalled, unknown name).
+``AUTH_FAILED``        the host answered but refused the audit's credentials, or its host key
+                       did not match (``connection_failed_snapshot`` tells the two apart).
+``TIMED_OUT``          connected, but the collector did not finish within the host's time limit
+                       (``timed_out_snapshot``); nothing of its output is kept.
 ``COLLECTION_FAILED``  the bundle is empty, or cut short before the nvidia-smi XML arrived.
 ``NO_GPU_TOOLING``     neither nvidia-smi nor rocm-smi is installed.
 ``DRIVER_NOT_RESPONDING``  nvidia-smi is installed but its XML query failed and produced no XML
-                       (typically "couldn't communicate with the NVIDIA driver", rc 9).
+                       (typically "couldn't communicate with the NVIDIA driver", rc 9, or
+                       killed by the collector's per-command ``timeout``, rc 124).
 ``DEGRADED``           collected, but a GPU reported an error, the GPU inventory (nvidia-smi XML,
                        rocm-smi) or the topology could not be read, the MIG listings could not
-                       be read while a GPU has MIG enabled, or the bundle was cut short after
-                       the XML.
+                       be read while a GPU has MIG enabled, lspci and nvidia-smi disagree on how
+                       many NVIDIA GPUs there are, or the bundle was cut short after the XML.
 ``OK``                 everything above is fine. Other problems (a system section that did not
-                       parse, a kernel log the audit user may not read) are recorded in
-                       ``parse_errors`` but do not degrade the host: they are gaps in the audit,
-                       not GPUs failing to answer, and the rules report them as such.
+                       parse, a kernel log the audit user may not read, bytes that are not
+                       UTF-8) are recorded in ``parse_errors`` but do not degrade the host: they
+                       are gaps in the audit, not GPUs failing to answer, and the rules report
+                       them as such.
 
 A host with AMD GPUs and a stray nvidia-smi (no NVIDIA driver) is judged by rocm-smi, as long as
 lspci shows no NVIDIA GPU that nvidia-smi should have reported.
@@ -33,15 +40,27 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable
-from datetime import datetime, timezone
 from typing import Any, TypeVar
 
-from gpuaudit.model.snapshot import Gpu, HostSnapshot, HostStatus, MigInstance, Section
+from gpuaudit.model.snapshot import Gpu, GpuNvLink, HostSnapshot, MigInstance, Section
+
+# The snapshots of hosts that gave no bundle are made in status.py; callers import them here.
+from gpuaudit.model.status import failed_snapshot as failed_snapshot
+from gpuaudit.model.status import (
+    first_line,
+    judge_status,
+    now_utc,
+    one_line,
+    said_by,
+)
+from gpuaudit.model.status import unreachable_snapshot as unreachable_snapshot
 from gpuaudit.parsers.bundle import Bundle
 from gpuaudit.parsers.errors import ParseError
 from gpuaudit.parsers.kernel_log import parse_kernel_log, resolve_gpus
 from gpuaudit.parsers.mig import parse_mig_instances
 from gpuaudit.parsers.nvidia_xml import NvidiaSmiLog, parse_nvidia_smi_xml
+from gpuaudit.parsers.nvlink import merge_nvlink, parse_nvlink
+from gpuaudit.parsers.nvml import NvmlProbe, fill_gaps, parse_nvml_probe
 from gpuaudit.parsers.rocm_smi import parse_rocm_smi_json
 from gpuaudit.parsers.system import (
     os_info,
@@ -60,51 +79,9 @@ from gpuaudit.parsers.topo import parse_topo_matrix
 
 T = TypeVar("T")
 
-# Besides the inventory sections, these failing degrade the host (MIG ones only when in use).
-_DEGRADING_SECTIONS = ("nvidia_topo",)
-_MIG_SECTIONS = ("mig_gi", "mig_ci")
-DRIVER_DOWN = "couldn't communicate with the nvidia driver"
 _MISSING = 127
-
-
-def now_utc() -> str:
-    return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-def unreachable_snapshot(
-    host: str,
-    detail: str,
-    *,
-    host_data: dict[str, Any] | None = None,
-    collected_at: str | None = None,
-) -> HostSnapshot:
-    """A host no connection could be made to: it still appears in the report."""
-    return HostSnapshot(
-        host=host,
-        status=HostStatus.UNREACHABLE,
-        collected_at=collected_at or now_utc(),
-        status_detail=_one_line(detail),
-        host_data=dict(host_data or {}),
-    )
-
-
-def failed_snapshot(
-    host: str,
-    detail: str,
-    *,
-    host_data: dict[str, Any] | None = None,
-    collected_at: str | None = None,
-    sections: dict[str, Section] | None = None,
-) -> HostSnapshot:
-    """A host that was reached but whose collector output could not be read."""
-    return HostSnapshot(
-        host=host,
-        status=HostStatus.COLLECTION_FAILED,
-        collected_at=collected_at or now_utc(),
-        status_detail=_one_line(detail),
-        host_data=dict(host_data or {}),
-        sections=dict(sections or {}),
-    )
+# What the bundle reader puts in place of each byte sequence that is not UTF-8.
+_REPLACED = "\ufffd"
 
 
 def build_snapshot(
@@ -143,6 +120,8 @@ def build_snapshot(
     has_amd = tools.get("rocm-smi", _present(sections.get("rocm_smi")))
     log = run("nvidia_smi_xml", parse_nvidia_smi_xml) if has_nvidia else None
     amd_gpus = (run("rocm_smi", parse_rocm_smi_json) or ()) if has_amd else ()
+    log, amd_gpus = _with_device_probe(log, tuple(amd_gpus), run("nvml", parse_nvml_probe))
+    has_nvidia, has_amd = has_nvidia or bool(log and log.gpus), has_amd or bool(amd_gpus)
     gpu_instances = run("mig_gi", parse_mig_instances) or ()
     compute_instances = run("mig_ci", parse_mig_instances) or ()
     topology = run("nvidia_topo", parse_topo_matrix)
@@ -155,14 +134,17 @@ def build_snapshot(
     events = run("kernel_log", parse_kernel_log) or ()
     klog = sections.get("kernel_log")
     if klog is not None and klog.rc == _MISSING:
-        errors["kernel_log"] = _first_line(klog.stderr) or "no readable kernel log"
+        errors["kernel_log"] = first_line(klog.stderr) or "no readable kernel log"
 
     # A stray nvidia-smi on an AMD host is not a driver failure.
-    nvidia_on_bus = any(d.vendor_id == "10de" and d.is_gpu for d in pci_devices)
+    nvidia_on_bus = any(d.is_nvidia_gpu for d in pci_devices)
     expect_nvidia = has_nvidia and not (amd_gpus and not nvidia_gpus and not nvidia_on_bus)
 
     # Every parser has run (and recorded its errors) before the status is judged.
-    status, detail = _status(bundle, sections, errors, gpus, log, expect_nvidia, has_amd)
+    status, detail = judge_status(
+        bundle, sections, errors, gpus, log, expect_nvidia, has_amd, pci_devices
+    )
+    _note_replaced_bytes(sections, errors)
     return HostSnapshot(
         host=host,
         status=status,
@@ -188,7 +170,18 @@ def build_snapshot(
         sections=sections,
         attached_gpus=log.attached_gpus if log else None,
         pci_devices=tuple(pci_devices),
+        nvlink=_nvlink(sections, errors),
     )
+
+
+def _nvlink(sections: dict[str, Section], errors: dict[str, str]) -> tuple[GpuNvLink, ...] | None:
+    """NVLink state (section ``nvlink_status``: nvidia-smi nvlink -s) and error counters
+    (``nvlink_errors``: nvidia-smi nvlink -e), one entry per GPU; None when neither was read."""
+    status = _run(sections, errors, "nvlink_status", parse_nvlink)
+    counters = _run(sections, errors, "nvlink_errors", parse_nvlink)
+    if status is None and counters is None:
+        return None
+    return merge_nvlink(status or (), counters or ())
 
 
 def _run(
@@ -209,70 +202,46 @@ def _run(
     return None
 
 
-def _status(
-    bundle: Bundle,
-    sections: dict[str, Section],
-    errors: dict[str, str],
-    gpus: tuple[Gpu, ...],
-    log: NvidiaSmiLog | None,
-    expect_nvidia: bool,
-    has_amd: bool,
-) -> tuple[HostStatus, str]:
-    xml = sections.get("nvidia_smi_xml")
-    if not bundle.complete and xml is None:
-        problems = "; ".join(bundle.problems) or "no closing marker"
-        return HostStatus.COLLECTION_FAILED, f"collector output was cut short ({problems})"
-    if not expect_nvidia and not has_amd:
-        return HostStatus.NO_GPU_TOOLING, _no_tooling_detail(sections)
+def _with_device_probe(
+    log: NvidiaSmiLog | None, amd_gpus: tuple[Gpu, ...], probe: NvmlProbe | None
+) -> tuple[NvidiaSmiLog | None, tuple[Gpu, ...]]:
+    """Combine the CLI's GPUs with the device probe's (section ``nvml``: pynvml or amdsmi).
 
-    reasons: list[str] = []
-    if expect_nvidia:
-        if xml is None:
-            reasons.append("the nvidia-smi XML section is missing")
-        else:
-            message = _first_line(xml.stderr, xml.stdout)
-            said_down = DRIVER_DOWN in f"{xml.stdout}\n{xml.stderr}".lower()
-            no_xml = log is None or not log.gpus
-            if said_down or (xml.rc not in (0, None) and no_xml):
-                return (
-                    HostStatus.DRIVER_NOT_RESPONDING,
-                    f"nvidia-smi is installed but the driver does not answer "
-                    f"(exit status {xml.rc}): {message or 'no output'}",
-                )
-            if log is None:
-                reasons.append(f"nvidia-smi XML unreadable: {errors.get('nvidia_smi_xml', '')}")
-            elif not log.gpus:
-                reasons.append("nvidia-smi reports no GPUs")
-            elif xml.rc not in (0, None):
-                reasons.append(f"nvidia-smi exited with status {xml.rc}: {message}")
-    if has_amd and "rocm_smi" in errors and not gpus:
-        reasons.append(f"rocm-smi failed: {errors['rocm_smi']}")
-    reasons += [f"GPU {g.index}: {g.status_detail or 'error'}" for g in gpus if g.status == "error"]
-    mig_in_use = any(g.mig_mode_current == "Enabled" for g in gpus)
-    degrading = _DEGRADING_SECTIONS + (_MIG_SECTIONS if mig_in_use else ())
-    reasons += [f"{name}: {errors[name]}" for name in degrading if name in errors]
-    if not bundle.complete:
-        reasons.append(f"collector output was cut short ({'; '.join(bundle.problems)})")
-    if reasons:
-        return HostStatus.DEGRADED, _one_line("; ".join(reasons))
-    return HostStatus.OK, _ok_detail(gpus, log)
+    Where the CLI listed GPUs it stays primary, and the probe only fills the fields it left
+    ``None`` (nested ones too), per GPU matched by bus id, else UUID. The CLI is what operators
+    read and quote, it holds what the probe does not read (MIG devices, reset status, recovery
+    action, N/A told apart from not supported), and both read the same driver, so a value they
+    both have cannot be more right in the probe. The probe adds no GPU the CLI left out: the
+    CLI's inventory and ``attached_gpus`` keep saying that one is missing.
 
-
-def _no_tooling_detail(sections: dict[str, Section]) -> str:
-    detail = "neither nvidia-smi nor rocm-smi is installed"
-    lspci = sections.get("lspci")
-    count = sum(1 for d in parse_lspci(lspci.stdout) if d.is_gpu) if lspci else 0
-    if count:
-        detail += f"; lspci lists {count} GPU function(s)"
-    return detail
-
-
-def _ok_detail(gpus: tuple[Gpu, ...], log: NvidiaSmiLog | None) -> str:
-    vendors = sorted({g.vendor for g in gpus})
-    detail = f"{len(gpus)} GPU(s) reported ({', '.join(vendors) or 'none'})"
-    if log and log.driver_version:
-        detail += f", NVIDIA driver {log.driver_version}"
-    return detail
+    Where the CLI gave no GPUs while the probe did (nvidia-smi missing, failing or printing
+    unreadable XML although the driver answered NVML; rocm-smi missing or failing while amdsmi
+    answered) the probe's GPUs, driver and CUDA versions and device count stand in for it. The
+    host's status still says what the CLI did (``judge_status``: nvidia-smi's exit status
+    degrades the host). A probe whose library did not start changes nothing.
+    """
+    if probe is None:
+        return log, amd_gpus
+    nvidia, amd = probe.gpus_of("nvidia"), probe.gpus_of("amd")
+    if nvidia and log is not None and log.gpus:
+        log = dataclasses.replace(
+            log,
+            driver_version=log.driver_version or probe.driver_version,
+            cuda_version=log.cuda_version or probe.cuda_version,
+            attached_gpus=probe.device_count if log.attached_gpus is None else log.attached_gpus,
+            gpus=fill_gaps(log.gpus, nvidia),
+        )
+    elif nvidia:
+        log = NvidiaSmiLog(
+            driver_version=probe.driver_version,
+            cuda_version=probe.cuda_version,
+            timestamp=None,
+            attached_gpus=probe.device_count,
+            gpus=nvidia,
+        )
+    if amd:
+        amd_gpus = fill_gaps(amd_gpus, amd) if amd_gpus else amd
+    return log, amd_gpus
 
 
 def _with_mig_profiles(
@@ -300,21 +269,17 @@ def _present(section: Section | None) -> bool:
 
 def _problem(section: Section, message: str) -> str:
     if section.rc not in (0, None):
-        said = _first_line(section.stderr, section.stdout)
-        # Partial XML/JSON says nothing useful as a first line; the parser's reason does.
-        useful = said and not said.startswith(("<", "{", "["))
-        return _one_line(f"exit status {section.rc}: {said if useful else message}")
-    return _one_line(message)
+        return one_line(f"exit status {section.rc}: {said_by(section) or message}")
+    return one_line(message)
 
 
-def _first_line(*texts: str) -> str:
-    for text in texts:
-        for line in (text or "").splitlines():
-            if line.strip():
-                return _one_line(line)
-    return ""
-
-
-def _one_line(text: str, limit: int = 300) -> str:
-    flat = " ".join(text.split())
-    return flat if len(flat) <= limit else flat[: limit - 1] + "…"
+def _note_replaced_bytes(sections: dict[str, Section], errors: dict[str, str]) -> None:
+    """Record sections whose output was not UTF-8 (a corrupt VBIOS string, a process name in an
+    XID line): the text is kept, but the values holding U+FFFD are not what the host said."""
+    for name, section in sections.items():
+        count = section.stdout.count(_REPLACED)
+        if count and name not in errors:
+            errors[name] = (
+                f"output held {count} byte sequence(s) that are not UTF-8, shown as U+FFFD; "
+                "values containing them are not what the host printed"
+            )

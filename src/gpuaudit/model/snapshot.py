@@ -7,8 +7,9 @@ snapshot (``sections``) so any parsed value can be traced back to what the host 
 
 Conventions (see docs/snapshot-schema.md):
 - units are part of field names (``memory_total_mib``, ``power_draw_w``, ``temperature_c``);
-- ``None`` means the host did not report the value (not supported, N/A, or not collected: the
-  section's ``rc`` / ``stderr`` tell which);
+- ``None`` means the host did not report the value; where the tool printed something that is
+  not a value, ``Gpu.unavailable`` says why (N/A, not supported, unreadable), otherwise the
+  section's ``rc`` / ``stderr`` tell whether it was collected at all;
 - PCI bus ids are normalised to ``DDDD:BB:DD.F`` upper case (``bus_key``), whatever domain width
   the tool printed.
 """
@@ -38,6 +39,10 @@ class HostStatus(str, Enum):
     NO_GPU_TOOLING = "no_gpu_tooling"
     # The collector ran but its output could not be read (cut short, garbled).
     COLLECTION_FAILED = "collection_failed"
+    # Connected, but the collection did not finish within the audit's time limit.
+    TIMED_OUT = "timed_out"
+    # The host answered but refused the audit's credentials (or its host key did not match).
+    AUTH_FAILED = "auth_failed"
     # No connection could be made.
     UNREACHABLE = "unreachable"
 
@@ -136,6 +141,10 @@ class Gpu:
     reset_required: bool | None = None
     drain_and_reset_recommended: bool | None = None
     recovery_action: str | None = None  # e.g. "None", "Reset", "Reboot", "Drain P2P"
+    # Why a field the tool printed holds no value: field name ("power_draw_w", or
+    # "remapped_rows.pending" inside an object) -> "not_applicable" (N/A), "not_supported"
+    # ([Not Supported], deprecated) or "unreadable" (Unknown Error, GPU is lost, garbage).
+    unavailable: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -162,6 +171,31 @@ class Topology:
     numa_affinity: dict[str, str] = field(default_factory=dict)
     legend: dict[str, str] = field(default_factory=dict)  # e.g. NIC0 -> mlx5_0
     gpu_numa_id: dict[str, str] = field(default_factory=dict)  # GPU NUMA ID column, as printed
+
+
+@dataclass(frozen=True)
+class NvLinkLink:
+    """One NVLink of a GPU: state and speed (`nvidia-smi nvlink -s`), counters (`nvlink -e`)."""
+
+    link: int
+    active: bool | None = None  # None: the status listing did not cover this link
+    speed_gb_s: float | None = None  # per-link speed as printed ("25 GB/s")
+    replay_errors: int | None = None
+    recovery_errors: int | None = None
+    crc_errors: int | None = None
+    # Every "<name> Errors: N" counter as printed, including ones named above (drivers differ).
+    counters: dict[str, int] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class GpuNvLink:
+    """The NVLinks of one GPU, as `nvidia-smi nvlink` lists them (by GPU index and UUID)."""
+
+    gpu: int
+    uuid: str | None = None
+    links: tuple[NvLinkLink, ...] = ()
+    # NVML: "Unable to retrieve NVLink information as all links are inactive".
+    all_inactive: bool = False
 
 
 @dataclass(frozen=True)
@@ -227,6 +261,10 @@ class PciDevice:
     def is_gpu(self) -> bool:
         return self.class_code in ("0300", "0302", "0380")
 
+    @property
+    def is_nvidia_gpu(self) -> bool:
+        return self.vendor_id == "10de" and self.is_gpu
+
 
 @dataclass(frozen=True)
 class OsInfo:
@@ -270,6 +308,8 @@ class HostSnapshot:
     attached_gpus: int | None = None
     # NVIDIA/AMD PCI functions the bus enumerates, whether or not a driver answers for them.
     pci_devices: tuple[PciDevice, ...] = ()
+    # NVLink state and error counters per GPU; None when the audit did not collect them.
+    nvlink: tuple[GpuNvLink, ...] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         result: dict[str, Any] = _to_jsonable(self)

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 from gpuaudit.model.snapshot import MigDevice, MigInstance
 from gpuaudit.parsers.errors import ParseError
+from gpuaudit.parsers.values import split_gpu_header
 
 _GI_ROW = re.compile(
     r"^\|\s*(?P<gpu>\d+)\s+(?:MIG\s+)?(?P<name>\S+)\s+(?P<profile>\d+)\s+(?P<id>\d+)"
@@ -33,7 +34,6 @@ _CIP_ROW = re.compile(
     r"^\|\s*(?P<gpu>\d+)\s+(?P<gi>\d+)\s+(?:MIG\s+)?(?P<name>\S+)\s+(?P<profile>\d+)(?P<default>\*?)"
     r"\s+(?P<free>\d+)/(?P<total>\d+)\s+(?P<sm>\d+)"
 )
-_LIST_GPU = re.compile(r"^GPU (\d+): (.*?) \(UUID: ([^)]+)\)\s*$")
 _LIST_MIG = re.compile(r"^\s+MIG (\S+)\s+Device\s+(\d+): \(UUID: ([^)]+)\)\s*$")
 _TABLE_MIG_ROW = re.compile(
     r"^\|\s*(?P<gpu>\d+)\s+(?P<gi>\d+)\s+(?P<ci>\d+)\s+(?P<dev>\d+)\s*\|"
@@ -163,11 +163,11 @@ def parse_mig_list_devices(text: str) -> tuple[ListedGpu, ...]:
     for line in (text or "").splitlines():
         if not line.strip():
             continue
-        gpu = _LIST_GPU.match(line)
+        gpu = split_gpu_header(line) if not line[:1].isspace() else None
         mig = _LIST_MIG.match(line)
-        if gpu:
+        if gpu and gpu[2] is not None:
             _close_gpu(gpus, migs)
-            gpus.append(ListedGpu(int(gpu.group(1)), gpu.group(2), gpu.group(3)))
+            gpus.append(ListedGpu(gpu[0], gpu[1], gpu[2]))
             migs = []
         elif mig and gpus:
             migs.append(ListedMigDevice(mig.group(1), int(mig.group(2)), mig.group(3)))

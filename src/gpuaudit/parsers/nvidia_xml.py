@@ -4,8 +4,8 @@ The XML changes between driver branches (DTD v10 → v13): element names move
 (``clocks_throttle_reasons`` → ``clocks_event_reasons``, ``power_readings`` →
 ``gpu_power_readings``, ``power_draw`` → ``instant_power_draw``), ECC counters switch from
 single/double-bit totals to SRAM/DRAM, and any value may read ``N/A``, ``[Not Supported]`` or
-``Unknown Error``. Each lookup below therefore tries the known spellings in turn and treats every
-"no value" spelling as ``None``.
+``Unknown Error``. Each lookup below therefore tries the known spellings in turn; a value that
+is not one becomes ``None``, with the reason kept in ``Gpu.unavailable``.
 
 The text comes from the host, so it is parsed with defusedxml: the ``<!DOCTYPE nvidia_smi_log
 SYSTEM "nvsmi_device_v12.dtd">`` line nvidia-smi always prints is accepted (nothing is fetched),
@@ -14,39 +14,32 @@ but entity declarations — the building block of entity-expansion attacks — a
 
 from __future__ import annotations
 
-import re
-from dataclasses import dataclass
+from collections.abc import Mapping
 from xml.etree.ElementTree import Element
 from xml.etree.ElementTree import ParseError as XmlSyntaxError
 
 import defusedxml.ElementTree as SafeET
 from defusedxml import DefusedXmlException
 
-from gpuaudit.model.snapshot import EccCounts, Gpu, MigDevice, RemappedRows, RetiredPages, bus_key
+from gpuaudit.model.snapshot import EccCounts, Gpu, MigDevice, bus_key
 from gpuaudit.parsers.errors import ParseError
+from gpuaudit.parsers.nvidia_common import (
+    ECC_SPLIT,
+    NvidiaSmiLog,
+    active_reasons,
+    ecc_counts,
+    gpu_status,
+    remapped_rows,
+    retired_pages,
+)
+
+# Re-exported: other parsers and tests import the value helpers from here.
+from gpuaudit.parsers.values import FieldReader, clean, first_present, parse_float, parse_int
+
+__all__ = ["NvidiaSmiLog", "clean", "parse_float", "parse_int", "parse_nvidia_smi_xml"]
 
 WHAT = "nvidia-smi -q -x"
 
-# Spellings nvidia-smi uses for "no value here" (unsupported, not applicable, not readable).
-_NO_VALUE = frozenset(
-    {
-        "",
-        "n/a",
-        "[n/a]",
-        "not supported",
-        "[not supported]",
-        "unknown error",
-        "[unknown error]",
-        "gpu is lost",
-        "[gpu is lost]",
-        "none",
-        "requested functionality has been deprecated",
-        "insufficient permissions",
-        "[insufficient permissions]",
-    }
-)
-# Values that mean the GPU itself failed to answer, not that a feature is missing.
-_GPU_ERRORS = ("unknown error", "gpu is lost")
 # Where an "Unknown Error" marks the device as broken rather than one exotic counter unreadable.
 _CORE_FIELDS = (
     "product_name",
@@ -55,17 +48,37 @@ _CORE_FIELDS = (
     "fb_memory_usage/total",
     "temperature/gpu_temp",
 )
-_NUMBER = re.compile(r"[-+]?\d+(?:\.\d+)?")
-_REASON_PREFIX = re.compile(r"^clocks?_(?:event|throttle)_reasons?_")
-
-
-@dataclass(frozen=True)
-class NvidiaSmiLog:
-    driver_version: str | None
-    cuda_version: str | None
-    timestamp: str | None
-    attached_gpus: int | None
-    gpus: tuple[Gpu, ...]
+_ECC_PATHS = {
+    "single_bit_total": "single_bit/total",
+    "double_bit_total": "double_bit/total",
+    **{key: key for key in ECC_SPLIT},
+}
+_RETIRED_PATHS = {
+    "single_bit": ("multiple_single_bit_retirement/retired_count",),
+    "double_bit": ("double_bit_retirement/retired_count",),
+    "pending": ("pending_retirement", "pending_blacklist"),
+}
+_REMAPPED_PATHS = {
+    "correctable": ("remapped_row_corr", "correctable_rows"),
+    "uncorrectable": ("remapped_row_unc", "uncorrectable_rows"),
+    "pending": ("remapped_row_pending", "pending"),
+    "failure": ("remapped_row_failure", "remapping_failure_occurred"),
+}
+_POWER_DRAW = (
+    "gpu_power_readings/power_draw",
+    "gpu_power_readings/instant_power_draw",
+    "gpu_power_readings/average_power_draw",
+    "power_readings/power_draw",
+    "power_readings/instant_power_draw",
+    "power_readings/average_power_draw",
+)
+_POWER_LIMIT = (
+    "gpu_power_readings/current_power_limit",
+    "power_readings/enforced_power_limit",
+    "power_readings/current_power_limit",
+    "power_readings/power_limit",
+)
+_LINK = "pci/pci_gpu_link_info"
 
 
 def parse_nvidia_smi_xml(text: str) -> NvidiaSmiLog:
@@ -97,7 +110,8 @@ def _parse_root(text: str) -> Element:
             text[start:], forbid_dtd=False, forbid_entities=True, forbid_external=True
         )
     except DefusedXmlException as exc:
-        raise ParseError(WHAT, f"refused unsafe XML ({type(exc).__name__})", text) from exc
+        # nvidia-smi never declares entities: such output is refused whole, nothing expanded.
+        raise ParseError(WHAT, f"refused unsafe XML, nothing expanded: {exc}", text) from exc
     except XmlSyntaxError as exc:
         # The usual cause is output cut short (a hung nvidia-smi killed by timeout).
         raise ParseError(WHAT, f"malformed or truncated XML: {exc}", text) from exc
@@ -120,141 +134,86 @@ def _parse_gpu_safely(index: int, element: Element, driver: str | None, cuda: st
 
 
 def _parse_gpu(index: int, g: Element, driver: str | None, cuda: str | None) -> Gpu:
-    status, detail = _gpu_status(g)
+    status, detail = gpu_status(
+        {path: _raw(g, path) for path in _CORE_FIELDS}, (e.text for e in g.iter())
+    )
+    r = FieldReader()
+
+    def raw(*paths: str) -> str | None:
+        return first_present(*(_raw(g, path) for path in paths))
+
     return Gpu(
         index=index,
         vendor="nvidia",
         status=status,
         status_detail=detail,
-        name=_text(g, "product_name"),
-        uuid=_text(g, "uuid"),
-        serial=_text(g, "serial"),
+        name=r.as_text("name", raw("product_name")),
+        uuid=r.as_text("uuid", raw("uuid")),
+        serial=r.as_text("serial", raw("serial")),
         pci_bus_id=bus_key(_text(g, "pci/pci_bus_id") or g.get("id")),
-        architecture=_text(g, "product_architecture"),
-        vbios_version=_text(g, "vbios_version"),
-        inforom_image=_text(g, "inforom_version/img_version"),
+        architecture=r.as_text("architecture", raw("product_architecture")),
+        vbios_version=r.as_text("vbios_version", raw("vbios_version")),
+        inforom_image=r.as_text("inforom_image", raw("inforom_version/img_version")),
         driver_version=driver,
         cuda_version=cuda,
-        memory_total_mib=parse_int(_text(g, "fb_memory_usage/total")),
-        memory_used_mib=parse_int(_text(g, "fb_memory_usage/used")),
-        ecc_mode_current=_text(g, "ecc_mode/current_ecc"),
-        ecc_mode_pending=_text(g, "ecc_mode/pending_ecc"),
-        ecc_volatile=_ecc(g.find("ecc_errors/volatile")),
-        ecc_aggregate=_ecc(g.find("ecc_errors/aggregate")),
-        retired_pages=_retired_pages(g.find("retired_pages")),
-        remapped_rows=_remapped_rows(g.find("remapped_rows")),
-        temperature_c=parse_float(_text(g, "temperature/gpu_temp")),
-        temperature_slowdown_c=parse_float(_text(g, "temperature/gpu_temp_slow_threshold")),
-        power_draw_w=parse_float(
-            _first(
-                g,
-                "gpu_power_readings/power_draw",
-                "gpu_power_readings/instant_power_draw",
-                "gpu_power_readings/average_power_draw",
-                "power_readings/power_draw",
-                "power_readings/instant_power_draw",
-                "power_readings/average_power_draw",
-            )
+        memory_total_mib=r.as_int("memory_total_mib", raw("fb_memory_usage/total")),
+        memory_used_mib=r.as_int("memory_used_mib", raw("fb_memory_usage/used")),
+        ecc_mode_current=r.as_text("ecc_mode_current", raw("ecc_mode/current_ecc")),
+        ecc_mode_pending=r.as_text("ecc_mode_pending", raw("ecc_mode/pending_ecc")),
+        ecc_volatile=_ecc(g.find("ecc_errors/volatile"), r, "ecc_volatile"),
+        ecc_aggregate=_ecc(g.find("ecc_errors/aggregate"), r, "ecc_aggregate"),
+        retired_pages=retired_pages(*_block(g, "retired_pages", _RETIRED_PATHS), reader=r),
+        remapped_rows=remapped_rows(*_block(g, "remapped_rows", _REMAPPED_PATHS), reader=r),
+        temperature_c=r.as_float("temperature_c", raw("temperature/gpu_temp")),
+        temperature_slowdown_c=r.as_float(
+            "temperature_slowdown_c", raw("temperature/gpu_temp_slow_threshold")
         ),
-        power_limit_w=parse_float(
-            _first(
-                g,
-                "gpu_power_readings/current_power_limit",
-                "power_readings/enforced_power_limit",
-                "power_readings/current_power_limit",
-                "power_readings/power_limit",
-            )
+        power_draw_w=r.as_float("power_draw_w", raw(*_POWER_DRAW)),
+        power_limit_w=r.as_float("power_limit_w", raw(*_POWER_LIMIT)),
+        utilization_gpu_pct=r.as_float("utilization_gpu_pct", raw("utilization/gpu_util")),
+        clock_event_reasons=active_reasons(
+            (child.tag, child.text)
+            for parent in ("clocks_event_reasons", "clocks_throttle_reasons")
+            for child in g.findall(f"{parent}/*")
         ),
-        utilization_gpu_pct=parse_float(_text(g, "utilization/gpu_util")),
-        clock_event_reasons=_active_reasons(g),
-        pcie_gen_current=parse_int(_text(g, "pci/pci_gpu_link_info/pcie_gen/current_link_gen")),
-        pcie_gen_max=parse_int(_text(g, "pci/pci_gpu_link_info/pcie_gen/max_link_gen")),
-        pcie_width_current=parse_int(
-            _text(g, "pci/pci_gpu_link_info/link_widths/current_link_width")
+        pcie_gen_current=r.as_int("pcie_gen_current", raw(f"{_LINK}/pcie_gen/current_link_gen")),
+        pcie_gen_max=r.as_int("pcie_gen_max", raw(f"{_LINK}/pcie_gen/max_link_gen")),
+        pcie_width_current=r.as_int(
+            "pcie_width_current", raw(f"{_LINK}/link_widths/current_link_width")
         ),
-        pcie_width_max=parse_int(_text(g, "pci/pci_gpu_link_info/link_widths/max_link_width")),
-        pcie_replay_count=parse_int(_text(g, "pci/replay_counter")),
-        mig_mode_current=_text(g, "mig_mode/current_mig"),
-        mig_mode_pending=_text(g, "mig_mode/pending_mig"),
+        pcie_width_max=r.as_int("pcie_width_max", raw(f"{_LINK}/link_widths/max_link_width")),
+        pcie_replay_count=r.as_int("pcie_replay_count", raw("pci/replay_counter")),
+        mig_mode_current=r.as_text("mig_mode_current", raw("mig_mode/current_mig")),
+        mig_mode_pending=r.as_text("mig_mode_pending", raw("mig_mode/pending_mig")),
         mig_devices=_mig_devices(g.find("mig_devices")),
-        persistence_mode=_yes(_text(g, "persistence_mode")),
-        reset_required=_yes(_text(g, "gpu_reset_status/reset_required")),
-        drain_and_reset_recommended=_yes(_text(g, "gpu_reset_status/drain_and_reset_recommended")),
+        persistence_mode=r.as_flag("persistence_mode", raw("persistence_mode")),
+        reset_required=r.as_flag("reset_required", raw("gpu_reset_status/reset_required")),
+        drain_and_reset_recommended=r.as_flag(
+            "drain_and_reset_recommended", raw("gpu_reset_status/drain_and_reset_recommended")
+        ),
         recovery_action=_raw(g, "gpu_recovery_action"),
+        unavailable=dict(r.unavailable),
     )
 
 
-def _gpu_status(g: Element) -> tuple[str, str]:
-    lost = [path for path in _CORE_FIELDS if (_raw(g, path) or "").lower() in _GPU_ERRORS]
-    anywhere_lost = any((e.text or "").strip().lower() == "gpu is lost" for e in g.iter())
-    if not lost and not anywhere_lost:
-        return "ok", ""
-    reason = "GPU is lost" if anywhere_lost else "Unknown Error"
-    fields = ", ".join(lost) if lost else "some fields"
-    return "error", f"nvidia-smi reported {reason!r} for {fields}"
-
-
-def _ecc(node: Element | None) -> EccCounts:
+def _ecc(node: Element | None, r: FieldReader, field: str) -> EccCounts:
     if node is None:
         return EccCounts()
-    if node.find("single_bit") is not None or node.find("double_bit") is not None:
-        # Pre-Ampere schema: per-unit counters with a total for each error class.
-        return EccCounts(
-            corrected=parse_int(_text(node, "single_bit/total")),
-            uncorrected=parse_int(_text(node, "double_bit/total")),
-        )
-    sram_corr = parse_int(_text(node, "sram_correctable"))
-    dram_corr = parse_int(_text(node, "dram_correctable"))
-    dram_unc = parse_int(_text(node, "dram_uncorrectable"))
-    # v13 splits SRAM uncorrectable errors by detection method; both are uncorrectable.
-    sram_unc = _sum(
-        parse_int(_text(node, "sram_uncorrectable")),
-        parse_int(_text(node, "sram_uncorrectable_parity")),
-        parse_int(_text(node, "sram_uncorrectable_secded")),
-    )
-    return EccCounts(
-        corrected=_sum(sram_corr, dram_corr),
-        uncorrected=_sum(sram_unc, dram_unc),
-        sram_uncorrected=sram_unc,
-        dram_uncorrected=dram_unc,
-        sram_corrected=sram_corr,
-        dram_corrected=dram_corr,
-    )
+    return ecc_counts({key: _raw(node, path) for key, path in _ECC_PATHS.items()}, r, field)
 
 
-def _retired_pages(node: Element | None) -> RetiredPages:
+def _block(
+    g: Element, path: str, paths: Mapping[str, tuple[str, ...]]
+) -> tuple[dict[str, str | None], str | None]:
+    """A block's counters by canonical key, and its own text when it holds none (``N/A``)."""
+    node = g.find(path)
     if node is None:
-        return RetiredPages()
-    return RetiredPages(
-        single_bit=parse_int(_text(node, "multiple_single_bit_retirement/retired_count")),
-        double_bit=parse_int(_text(node, "double_bit_retirement/retired_count")),
-        pending=_yes(_first(node, "pending_retirement", "pending_blacklist")),
-    )
-
-
-def _remapped_rows(node: Element | None) -> RemappedRows:
-    if node is None:
-        return RemappedRows()
-    return RemappedRows(
-        correctable=parse_int(_first(node, "remapped_row_corr", "correctable_rows")),
-        uncorrectable=parse_int(_first(node, "remapped_row_unc", "uncorrectable_rows")),
-        pending=_yes(_first(node, "remapped_row_pending", "pending")),
-        failure=_yes(_first(node, "remapped_row_failure", "remapping_failure_occurred")),
-    )
-
-
-def _active_reasons(g: Element) -> tuple[str, ...]:
-    reasons: list[str] = []
-    for parent in ("clocks_event_reasons", "clocks_throttle_reasons"):
-        node = g.find(parent)
-        if node is None:
-            continue
-        for child in node:
-            if (child.text or "").strip() == "Active":
-                name = _REASON_PREFIX.sub("", child.tag)
-                if name not in reasons:
-                    reasons.append(name)
-    return tuple(reasons)
+        return {}, None
+    if len(node) == 0:
+        return {}, _raw(g, path)
+    return {
+        key: first_present(*(_raw(node, p) for p in options)) for key, options in paths.items()
+    }, None
 
 
 def _mig_devices(node: Element | None) -> tuple[MigDevice, ...]:
@@ -274,9 +233,6 @@ def _mig_devices(node: Element | None) -> tuple[MigDevice, ...]:
     )
 
 
-# --- value helpers (shared with the other parsers) ----------------------------------------------
-
-
 def _raw(node: Element, path: str) -> str | None:
     found = node.find(path)
     if found is None or found.text is None:
@@ -286,64 +242,3 @@ def _raw(node: Element, path: str) -> str | None:
 
 def _text(node: Element, path: str) -> str | None:
     return clean(_raw(node, path))
-
-
-def _first(node: Element, *paths: str) -> str | None:
-    for path in paths:
-        value = _text(node, path)
-        if value is not None:
-            return value
-    return None
-
-
-def clean(value: str | None) -> str | None:
-    """A stripped value, or ``None`` for every spelling of "no value"."""
-    if value is None:
-        return None
-    value = value.strip()
-    return None if value.lower() in _NO_VALUE else value
-
-
-def _number(value: str | None) -> str | None:
-    value = clean(value)
-    if value is None:
-        return None
-    match = _NUMBER.search(value.replace(",", ""))
-    return match.group(0) if match else None
-
-
-def parse_int(value: str | None) -> int | None:
-    """``"80 MiB"`` → 80, ``"16x"`` → 16, ``"N/A"`` → None."""
-    number = _number(value)
-    if number is None:
-        return None
-    try:
-        return int(float(number))
-    except (ValueError, OverflowError):
-        return None
-
-
-def parse_float(value: str | None) -> float | None:
-    """``"70.50 W"`` → 70.5, ``"45 C"`` → 45.0, ``"[Not Supported]"`` → None."""
-    number = _number(value)
-    return float(number) if number is not None else None
-
-
-def _sum(*values: int | None) -> int | None:
-    present = [v for v in values if v is not None]
-    return sum(present) if present else None
-
-
-def _yes(value: str | None) -> bool | None:
-    if value is None:
-        return None
-    lowered = value.lower()
-    if lowered in ("yes", "true", "enabled", "active"):
-        return True
-    if lowered in ("no", "false", "disabled", "not active"):
-        return False
-    return None
-
-
-def _enabled(value: str | None) -> bool | None:
-    return _yes(value)

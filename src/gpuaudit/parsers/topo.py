@@ -1,4 +1,6 @@
-"""`nvidia-smi topo -m` (the connection matrix), plus `topo -p2p` and `nvlink -s`.
+"""`nvidia-smi topo -m` (the connection matrix) and `topo -p2p` (the P2P capability matrices).
+
+`nvidia-smi nvlink -s` / `-e` listings are read by :mod:`gpuaudit.parsers.nvlink`.
 
 nvidia-smi prints the matrix with tabs, but captures often arrive with the tabs expanded to
 spaces (pasted into tickets, passed through `column`, ...), and newer drivers wrap the header in
@@ -16,44 +18,18 @@ take the first cells, the last column takes the last cell.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 
 from gpuaudit.model.snapshot import Topology
 from gpuaudit.parsers.errors import ParseError
+from gpuaudit.parsers.values import split_gpu_header
 
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]")
 _DEVICE = re.compile(r"^(?:GPU|NIC|NVS|CPU|DPU)\d+$")
 _AFFINITY_COLUMNS = ("CPU Affinity", "NUMA Affinity", "GPU NUMA ID")
 _P2P_STATUSES = frozenset({"OK", "CNS", "GNS", "TNS", "NS", "U", "DR"})
-_LEGEND_ENTRY = re.compile(r"^\s*(\S+)\s*=\s*(.+?)\s*$")
+_LEGEND_ENTRY = re.compile(r"^\s*(\S+)\s*=\s*(.*\S)\s*$")
 _NIC_LEGEND_ENTRY = re.compile(r"^\s*(NIC\d+)\s*:\s*(\S+)\s*$")
-_NVLINK_GPU = re.compile(r"^GPU (\d+): (.*?)(?: \(UUID: ([^)]*)\))?\s*$")
-_NVLINK_LINK = re.compile(r"^\s*Link (\d+): (.*?)\s*$")
 _TAB = 8
-
-
-@dataclass(frozen=True)
-class NvlinkLink:
-    link: int
-    speed_gbps: float | None  # None when the link is inactive
-    state: str  # "active" | "inactive" | what was printed
-
-
-@dataclass(frozen=True)
-class NvlinkGpu:
-    index: int
-    name: str
-    uuid: str | None
-    links: tuple[NvlinkLink, ...] = ()
-    # What nvidia-smi said instead of links, e.g. "NVML: Unable to retrieve NVLink information
-    # as all links are inactive".
-    message: str = ""
-
-    @property
-    def all_inactive(self) -> bool:
-        if self.links:
-            return all(link.state != "active" for link in self.links)
-        return "inactive" in self.message.lower()
 
 
 def parse_topo_matrix(text: str) -> Topology:
@@ -123,36 +99,6 @@ def parse_p2p_matrix(text: str) -> Topology:
     )
 
 
-def parse_nvlink_status(text: str) -> tuple[NvlinkGpu, ...]:
-    """Parse `nvidia-smi nvlink -s`: per GPU, each link's speed or inactive state."""
-    what = "nvidia-smi nvlink -s"
-    gpus: list[NvlinkGpu] = []
-    current: dict | None = None
-    for raw in _clean_lines(text):
-        line = raw.strip()
-        if not line:
-            continue
-        gpu = _NVLINK_GPU.match(line)
-        if gpu:
-            if current:
-                gpus.append(_nvlink_gpu(current))
-            current = {"index": int(gpu.group(1)), "name": gpu.group(2), "uuid": gpu.group(3)}
-            current["links"], current["message"] = [], []
-            continue
-        if current is None:
-            raise ParseError(what, "text before the first 'GPU n:' line", text)
-        link = _NVLINK_LINK.match(line)
-        if link:
-            current["links"].append(_nvlink_link(int(link.group(1)), link.group(2)))
-        else:
-            current["message"].append(line)
-    if current:
-        gpus.append(_nvlink_gpu(current))
-    if not gpus and text.strip():
-        raise ParseError(what, "no 'GPU n:' lines", text)
-    return tuple(gpus)
-
-
 # --- helpers ------------------------------------------------------------------------------------
 
 
@@ -167,7 +113,7 @@ def _split(text: str, what: str) -> tuple[str, list[str], dict[str, str]]:
     if not nonblank:
         raise ParseError(what, "empty output")
     first = lines[nonblank[0]]
-    if _NVLINK_GPU.match(first.strip()):
+    if split_gpu_header(first):
         raise ParseError(what, "this is `nvidia-smi nvlink -s` output", text)
     if not any(_DEVICE.match(tok) for tok in re.split(r"\s+", first.strip())):
         raise ParseError(what, "no GPU/NIC column header", text)
@@ -248,23 +194,3 @@ def _match_trailing(columns: list[str], cells: list[str]) -> dict[str, str]:
 def _looks_like_p2p(matrix: list[tuple[str, ...]]) -> bool:
     values = {cell for row in matrix for cell in row if cell != "X"}
     return bool(values) and values <= _P2P_STATUSES
-
-
-def _nvlink_link(number: int, value: str) -> NvlinkLink:
-    lowered = value.lower()
-    if "inactive" in lowered:
-        return NvlinkLink(number, None, "inactive")
-    match = re.match(r"([\d.]+)\s*GB/s", value)
-    if match:
-        return NvlinkLink(number, float(match.group(1)), "active")
-    return NvlinkLink(number, None, value)
-
-
-def _nvlink_gpu(data: dict) -> NvlinkGpu:
-    return NvlinkGpu(
-        index=data["index"],
-        name=data["name"],
-        uuid=data["uuid"],
-        links=tuple(data["links"]),
-        message=" ".join(data["message"]),
-    )

@@ -5,12 +5,19 @@ from the hosts), so:
 
 - the jinja2 environment escapes every value, whatever the template's name;
 - data handed to JavaScript goes through :func:`json_for_script` into a
-  ``<script type="application/json">`` block, never into executable script;
+  ``<script type="application/json">`` block, never into executable script, and the page script
+  puts it on the page only through ``textContent`` and attribute values, never ``innerHTML``;
 - the page carries a Content-Security-Policy that forbids every network load and allows only
   the one inline script this module wrote (by its hash), so even a missed escape cannot run code
   or phone home.
 
 The page loads nothing from anywhere: CSS and JS are inlined from ``templates/``.
+
+What grows with the fleet is not rendered here: the template writes the summaries, the panels,
+one row per risk and one collapsed line per host; a risk's findings and a host's GPU inventory,
+topology and XID timeline travel in the page data (:func:`build_context` ``page_data``) and the
+page script draws them when they are opened or printed. A 2,000-host page then opens with a few
+tens of thousands of elements instead of close to a million.
 """
 
 from __future__ import annotations
@@ -28,11 +35,45 @@ from markupsafe import Markup
 
 from gpuaudit import __version__
 from gpuaudit.model.snapshot import HostSnapshot
-from gpuaudit.report.register import REGISTER_SCHEMA_VERSION, SEVERITY_ORDER, sort_snapshots
-from gpuaudit.report.views import SEVERITY_CLASSES, STATUS_CLASSES, css_class, host_view, show
+from gpuaudit.report.register import REGISTER_SCHEMA_VERSION, sort_snapshots
+from gpuaudit.report.register_views import (
+    checklist_views,
+    filter_options,
+    host_checklists,
+    risk_views,
+    status_counts,
+    trends_view,
+)
+from gpuaudit.report.views import (
+    GPU_COLUMNS,
+    SEVERITY_CLASSES,
+    STATUS_CLASSES,
+    css_class,
+    host_view,
+    show,
+)
 
 TEMPLATES = Path(__file__).parent / "templates"
 PAGE_TEMPLATE = "index.html.j2"
+# The page script, in the order its parts are joined (helpers first).
+SCRIPT_PARTS = ("report_dom.js", "report_hosts.js", "report.js")
+# Per finding, the page data keeps what differs between the findings of one risk; the rule's
+# title, remediation and references are on the risk, once.
+_FINDING_KEYS = (
+    "rule",
+    "severity",
+    "score",
+    "host",
+    "gpu",
+    "gpu_name",
+    "gpu_uuid",
+    "message",
+    "evidence",
+    "status",
+    "waiver",
+    "waiver_expired",
+    "override_reason",
+)
 
 # Characters that could end a <script> element or open an HTML comment/CDATA inside it, and
 # the line separators JavaScript once treated as newlines; JSON allows \\u escapes for all.
@@ -47,15 +88,11 @@ _SCRIPT_UNSAFE = {
 
 def json_for_script(value: Any) -> Markup:
     """JSON text that is safe inside ``<script type="application/json">``."""
-    text = json.dumps(value, sort_keys=True, ensure_ascii=False, default=str)
+    # Compact separators: on a large fleet the page data is most of the page.
+    text = json.dumps(value, sort_keys=True, ensure_ascii=False, default=str, separators=(",", ":"))
     for char, escape in _SCRIPT_UNSAFE.items():
         text = text.replace(char, escape)
     return Markup(text)
-
-
-def is_web_link(ref: Any) -> bool:
-    """Only plain http(s) references become links; anything else (javascript:, data:) is text."""
-    return isinstance(ref, str) and ref.lower().startswith(("https://", "http://"))
 
 
 @functools.lru_cache(maxsize=1)
@@ -73,7 +110,6 @@ def environment() -> Environment:
     env.filters["json_script"] = json_for_script
     env.filters["severity_class"] = lambda v: css_class(v, SEVERITY_CLASSES)
     env.filters["status_class"] = lambda v: css_class(v, STATUS_CLASSES)
-    env.tests["web_link"] = is_web_link
     return env
 
 
@@ -101,45 +137,81 @@ def _bars(counts: dict[str, int]) -> list[dict[str, Any]]:
     ]
 
 
-def build_context(register: dict[str, Any], snapshots: Sequence[HostSnapshot]) -> dict[str, Any]:
-    """Everything the page template needs, from the register and the snapshots behind it."""
+def _page_finding(finding: dict[str, Any]) -> dict[str, Any]:
+    """A finding as the page script needs it: what its risk row does not already say."""
+    entry = {key: finding[key] for key in _FINDING_KEYS if key in finding}
+    evidence = finding.get("evidence") or {}
+    # Formatted here, once, so the page script never has to know how values are shown.
+    entry["evidence"] = {
+        "fact": evidence.get("fact") or "",
+        "actual": show(evidence.get("actual")),
+        "expected": show(evidence.get("expected")),
+        "excerpt": evidence.get("excerpt") or "",
+    }
+    return entry
+
+
+def _host_views(
+    register: dict[str, Any], snapshots: Sequence[HostSnapshot]
+) -> list[dict[str, Any]]:
     ordered = sort_snapshots(snapshots)
-    anchors: dict[str, str] = {}
-    for number, snap in enumerate(ordered, 1):
-        # Anchors are numbered, not derived from host names, so ids are always valid and unique.
-        anchors.setdefault(snap.host, f"host-{number}")
-    findings_by_host: dict[str, list[dict[str, Any]]] = {}
-    rows = []
-    for finding in register["findings"]:
-        row = {**finding, "host_anchor": anchors.get(finding["host"])}
-        rows.append(row)
-        findings_by_host.setdefault(finding["host"], []).append(row)
+    findings_by_host: dict[str, list[int]] = {}
+    for number, finding in enumerate(register["findings"]):
+        findings_by_host.setdefault(finding["host"], []).append(number)
+    checklists = host_checklists(register)
+    seen: set[str] = set()
     hosts = []
     for number, snap in enumerate(ordered, 1):
-        anchor = f"host-{number}"
-        # Two snapshots of one host (a re-collect) share its findings: list them once.
-        own = findings_by_host.get(snap.host, []) if anchors[snap.host] == anchor else []
-        hosts.append(host_view(snap, anchor, own))
+        # Anchors are numbered, not derived from host names, so ids are always valid and
+        # unique. Two snapshots of one host (a re-collect) share its findings: list them once.
+        own = findings_by_host.get(snap.host, []) if snap.host not in seen else []
+        seen.add(snap.host)
+        severities = [register["findings"][i]["severity"] for i in own]
+        view = host_view(snap, f"host-{number}", own, severities, checklists.get(snap.host, ()))
+        hosts.append({**view, "position": number - 1})
+    return hosts
+
+
+def build_context(register: dict[str, Any], snapshots: Sequence[HostSnapshot]) -> dict[str, Any]:
+    """Everything the page template needs, from the register and the snapshots behind it."""
+    hosts = _host_views(register, snapshots)
+    risks = risk_views(register)
     summary = register["summary"]
-    script = _asset("report.js")
+    script = page_script()
+    page_data = {
+        "findings": [_page_finding(f) for f in register["findings"]],
+        "risks": risks,
+        "hosts": hosts,
+        "gpu_columns": GPU_COLUMNS,
+    }
     return {
-        "register": register,
         "run_id": register.get("run_id") or "",
         "generated_at": register.get("generated_at") or "",
         "summary": summary,
-        "severity_order": [s.value for s in SEVERITY_ORDER],
         "severity_bars": _bars(summary["findings_by_severity"]),
         "category_bars": _bars(summary["findings_by_category"]),
-        "findings": rows,
+        "risks": risks,
+        "risk_status_counts": status_counts(risks),
+        "waived": [r for r in risks if r["status"] == "waived" or r["waiver"]],
+        "options": filter_options(risks),
+        "trends": trends_view(register, risks),
+        "checklists": checklist_views(register),
         "hosts": hosts,
         "attention_hosts": [h for h in hosts if h["status"] != "ok"],
-        "finding_hosts": sorted({f["host"] for f in rows}),
+        "page_data": page_data,
         "css": Markup(_asset("report.css")),
         "script": Markup(script),
         "csp": _csp(script),
         "version": __version__,
         "register_schema_version": REGISTER_SCHEMA_VERSION,
     }
+
+
+def page_script() -> str:
+    """The page's one inline script: its parts in one function scope, so they share helpers
+    without leaving globals behind (the CSP hash is taken over exactly this text)."""
+    parts = "\n".join(_asset(name) for name in SCRIPT_PARTS)
+    return f'(function () {{\n"use strict";\n{parts}\n}})();\n'
 
 
 def render_html(register: dict[str, Any], snapshots: Sequence[HostSnapshot]) -> str:

@@ -3,12 +3,17 @@
 The register is a plain, versioned dict so that the HTML page, CSV / Markdown / JUnit /
 Prometheus views and outside tools all read the same thing. Its shape::
 
-    schema_version  "1.0" (major bumps on breaking changes; minors only add keys)
+    schema_version  "1.1" (major bumps on breaking changes; minors only add keys)
     generated_at    ISO 8601 UTC
     run_id          e.g. "20261129T161000Z" (None when the register is not tied to a run)
-    summary         counts: findings by severity / category / owner, hosts by status, GPUs
+    summary         counts: findings by severity / category / owner, hosts by status, GPUs,
+                    risks by status and open risks by severity
     hosts           one entry per snapshot, unreachable and failed hosts included
-    findings        Finding.to_dict() each, most severe first
+    risks           findings grouped across hosts by rule and subject (risks.py), open first
+    findings        Finding.to_dict() each, most severe first, plus "risk" (its risk id),
+                    "status" ("open" | "waived"), "waiver" and "waiver_expired"
+    checklists      seed 004's readiness checklists scored per host and fleet (checklists.py)
+    trends          comparison with the previous run (trends.py), None without one
 
 Every count map lists all known keys (zeros included) so consumers never need ``.get``;
 ordering is fully deterministic so two registers of the same input compare equal byte for byte.
@@ -18,13 +23,17 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Iterable, Sequence
-from datetime import datetime, timezone
+from datetime import date, datetime, timezone
 from typing import Any
 
 from gpuaudit.model.snapshot import Gpu, HostSnapshot, HostStatus
+from gpuaudit.report.checklists import build_checklists
+from gpuaudit.report.risks import OPEN, WAIVED, annotate_finding, build_risks, check_waivers
+from gpuaudit.report.trends import PreviousRun, build_trends
+from gpuaudit.rules.audit import NOT_COLLECTED
 from gpuaudit.rules.base import Finding, Owner, Severity
 
-REGISTER_SCHEMA_VERSION = "1.0"
+REGISTER_SCHEMA_VERSION = "1.1"
 
 # Most severe first: the order counts and findings are presented in everywhere.
 SEVERITY_ORDER: tuple[Severity, ...] = tuple(sorted(Severity, key=lambda s: -s.rank))
@@ -85,7 +94,36 @@ def host_entry(snapshot: HostSnapshot, by_severity: Counter[Severity]) -> dict[s
     }
 
 
-def build_summary(snapshots: Sequence[HostSnapshot], findings: Sequence[Finding]) -> dict[str, Any]:
+def at_or_above(severity: str, threshold: str) -> bool:
+    """Whether ``severity`` is ``threshold`` or more severe (both severity names)."""
+    return Severity(severity).rank >= Severity(threshold).rank
+
+
+def open_risks_at_or_above(register: dict[str, Any], threshold: str) -> list[dict[str, Any]]:
+    """The risks with an open finding at ``threshold`` or above (what ``--fail-on`` counts).
+
+    Counted on open findings, not on the risk's overall severity: a risk whose critical finding
+    is waived and whose other findings are low must not fail a ``--fail-on high`` gate.
+    """
+    findings = register.get("findings", [])
+    if "risks" not in register:  # a register from before risks: every finding is open
+        return [f for f in findings if at_or_above(f["severity"], threshold)]
+    return [
+        risk
+        for risk in register["risks"]
+        if any(
+            findings[i].get("status", OPEN) == OPEN
+            and at_or_above(findings[i]["severity"], threshold)
+            for i in risk["findings"]
+        )
+    ]
+
+
+def build_summary(
+    snapshots: Sequence[HostSnapshot],
+    findings: Sequence[Finding],
+    risks: Sequence[dict[str, Any]] = (),
+) -> dict[str, Any]:
     severities = Counter(f.severity for f in findings)
     categories = Counter(f.category for f in findings)
     owners = Counter(f.owner for f in findings)
@@ -101,6 +139,14 @@ def build_summary(snapshots: Sequence[HostSnapshot], findings: Sequence[Finding]
         "hosts_by_status": {st.value: statuses.get(st, 0) for st in HostStatus},
         # Hosts the audit could not fully see: the first thing a reader must know.
         "hosts_not_ok": sorted({s.host for s in snapshots if s.status is not HostStatus.OK}),
+        "risk_count": len(risks),
+        "risks_by_status": {
+            st: sum(1 for r in risks if r["status"] == st) for st in (OPEN, WAIVED)
+        },
+        "open_risks_by_severity": {
+            s.value: sum(1 for r in risks if r["status"] == OPEN and r["severity"] == s.value)
+            for s in SEVERITY_ORDER
+        },
     }
 
 
@@ -110,18 +156,44 @@ def build_register(
     *,
     generated_at: str | None = None,
     run_id: str | None = None,
+    policy: object | None = None,
+    previous: PreviousRun | None = None,
 ) -> dict[str, Any]:
-    """Assemble the register dict (JSON-ready) from snapshots and the findings on them."""
+    """Assemble the register dict (JSON-ready) from snapshots and the findings on them.
+
+    ``policy`` supplies waivers when it has ``waiver_status`` (see risks.py); they are judged
+    on the day of ``generated_at``, so rebuilding an old run gives the same answer. ``previous``
+    (trends.load_previous) adds the trends.
+    """
+    generated_at = generated_at or utc_now_iso()
     ordered_snapshots = sort_snapshots(snapshots)
     ordered_findings = sort_findings(findings)
+    checks = check_waivers(ordered_findings, policy, _day(generated_at))
+    entries = []
+    for finding, check in zip(ordered_findings, checks, strict=True):
+        entry = finding.to_dict()
+        annotate_finding(entry, finding, check)
+        entries.append(entry)
+    risks = build_risks(ordered_findings, checks)
     per_host: dict[str, Counter[Severity]] = {}
     for finding in ordered_findings:
         per_host.setdefault(finding.host, Counter())[finding.severity] += 1
+    audited = [(s.host, s.status not in NOT_COLLECTED) for s in ordered_snapshots]
     return {
         "schema_version": REGISTER_SCHEMA_VERSION,
-        "generated_at": generated_at or utc_now_iso(),
+        "generated_at": generated_at,
         "run_id": run_id,
-        "summary": build_summary(ordered_snapshots, ordered_findings),
+        "summary": build_summary(ordered_snapshots, ordered_findings, risks),
         "hosts": [host_entry(s, per_host.get(s.host, Counter())) for s in ordered_snapshots],
-        "findings": [f.to_dict() for f in ordered_findings],
+        "risks": risks,
+        "findings": entries,
+        "checklists": build_checklists(audited, entries),
+        "trends": build_trends(ordered_snapshots, risks, previous),
     }
+
+
+def _day(timestamp: str) -> date:
+    try:
+        return date.fromisoformat(timestamp[:10])
+    except ValueError:
+        return datetime.now(timezone.utc).date()

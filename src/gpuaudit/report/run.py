@@ -6,6 +6,8 @@ Layout::
         hosts/<safe-host-name>.json   one HostSnapshot per host, written the moment it arrives
         register.json                 the risk register (see register.py)
         index.html                    the self-contained HTML page
+        register.csv, summary.md,     views of the register for other tools (outputs.py)
+        junit.xml, gpuaudit.prom
 
 Snapshots are the source of truth: ``register.json`` and ``index.html`` can always be rebuilt from
 ``hosts/`` alone (``gpuaudit report <run-dir>`` → :func:`rebuild`). Every file is written to a
@@ -21,15 +23,20 @@ import json
 import os
 import re
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from gpuaudit.model.snapshot import HostSnapshot, HostStatus, Section
 from gpuaudit.report.html import render_html
+from gpuaudit.report.outputs import render_outputs
 from gpuaudit.report.register import build_register, utc_now_iso
+from gpuaudit.report.trends import find_previous, load_previous
 from gpuaudit.rules.base import Finding
+
+if TYPE_CHECKING:
+    from gpuaudit.policy import Policy
 
 HOSTS_DIR = "hosts"
 REGISTER_FILE = "register.json"
@@ -131,25 +138,38 @@ class RunDir:
         snapshots: Sequence[HostSnapshot],
         findings: Sequence[Finding] | None = None,
         *,
-        policy: dict[str, Any] | None = None,
+        policy: Policy | Mapping[str, Any] | None = None,
         generated_at: str | None = None,
+        previous: str | os.PathLike[str] | None = None,
+        fail_on: str | None = None,
     ) -> Path:
-        """Write register.json and index.html; return the path of index.html.
+        """Write register.json, index.html and the views of outputs.py; return index.html.
 
-        Without ``findings`` the rules are evaluated here (with ``policy``).
+        Without ``findings`` the rules are evaluated here (with ``policy``, which also supplies
+        waivers). Trends compare with ``previous`` (a run directory), by default with the newest
+        earlier run next to this one (trends.find_previous). ``fail_on`` is junit.xml's
+        failure threshold.
         """
         if findings is None:
             # Imported late: the report package is usable (and testable) without the rules.
             from gpuaudit.rules import evaluate  # type: ignore[attr-defined,unused-ignore]
 
             findings = list(evaluate(snapshots, policy=policy))
+        previous_path = previous if previous is not None else find_previous(self.path)
         register = build_register(
-            snapshots, findings, generated_at=generated_at or utc_now_iso(), run_id=self.run_id
+            snapshots,
+            findings,
+            generated_at=generated_at or utc_now_iso(),
+            run_id=self.run_id,
+            policy=policy,
+            previous=load_previous(previous_path) if previous_path is not None else None,
         )
         atomic_write_text(
             self.register_path, json.dumps(register, indent=1, ensure_ascii=False) + "\n"
         )
         atomic_write_text(self.html_path, render_html(register, snapshots))
+        for name, text in render_outputs(register, fail_on=fail_on, policy=policy).items():
+            atomic_write_text(self.path / name, text)
         return self.html_path
 
 
@@ -249,13 +269,27 @@ def new_run_dir(
 
 
 def rebuild(
-    run_dir: RunDir | str | os.PathLike[str], *, policy: dict[str, Any] | None = None
+    run_dir: RunDir | str | os.PathLike[str],
+    *,
+    policy: Policy | Mapping[str, Any] | None = None,
+    previous: str | os.PathLike[str] | None = None,
+    fail_on: str | None = None,
 ) -> Path:
-    """Rebuild register.json and index.html from the run's snapshots (``gpuaudit report``)."""
+    """Rebuild register.json and index.html from the run's snapshots (``gpuaudit report``).
+
+    Without ``policy`` the run's own copy (policy.yaml, written by the audit) is used, so a
+    rebuilt register judges the hosts as the audit did; a copy that no longer loads raises
+    PolicyError (a ValueError).
+    """
     run = run_dir if isinstance(run_dir, RunDir) else RunDir(run_dir)
     if not run.path.is_dir():
         raise FileNotFoundError(f"run directory {run.path} does not exist")
     if not run.hosts_dir.is_dir():
         raise FileNotFoundError(f"{run.path} holds no {HOSTS_DIR}/ directory: not a gpuaudit run")
+    if policy is None:
+        from gpuaudit.policy import POLICY_FILE, load_policy  # the policy package reads rules
+
+        if (run.path / POLICY_FILE).is_file():
+            policy = load_policy(run.path / POLICY_FILE)
     snapshots = run.load_snapshots()
-    return run.write_report(snapshots, policy=policy)
+    return run.write_report(snapshots, policy=policy, previous=previous, fail_on=fail_on)

@@ -27,6 +27,8 @@ STATUS_CLASSES = frozenset(
         "driver_not_responding",
         "no_gpu_tooling",
         "collection_failed",
+        "timed_out",
+        "auth_failed",
         "unreachable",
     }
 )
@@ -174,7 +176,8 @@ def topology_view(topology: Topology | None) -> dict[str, Any] | None:
         rows.append(
             {
                 "device": device,
-                "cells": [{"text": c, "kind": _link_class(c)} for c in cells],
+                # [text, kind] pairs, not dicts: a large fleet embeds thousands of these.
+                "cells": [[c, _link_class(c)] for c in cells],
                 "cpu": topology.cpu_affinity.get(device, ""),
                 "numa": topology.numa_affinity.get(device, ""),
             }
@@ -285,17 +288,61 @@ def xid_view(events: Sequence[XidEvent]) -> dict[str, Any]:
     }
 
 
-# --- hosts ----------------------------------------------------------------------------------
+# --- hosts ---------------------------------------------------------------------------------
+
+# The order of a GPU row's values in the page data: rows travel as lists (a 2,000-host fleet
+# has 16,000 of them) and the page script looks each value up by this list.
+GPU_COLUMNS = (
+    "index",
+    "name",
+    "uuid",
+    "bus",
+    "vbios",
+    "memory",
+    "temperature",
+    "power",
+    "pcie_gen",
+    "pcie_width",
+    "pcie_width_down",
+    "mig",
+    "persistence",
+    "ecc",
+    "status",
+    "status_detail",
+    "recovery",
+    "attention",
+)
+
+
+def gpu_models(gpus: Sequence[Gpu]) -> str:
+    """ "8× NVIDIA A100-SXM4-80GB" style summary of a host's GPUs, most common model first."""
+    counts: dict[str, int] = {}
+    for gpu in gpus:
+        counts[gpu.name or "unknown GPU"] = counts.get(gpu.name or "unknown GPU", 0) + 1
+    ordered = sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))
+    return ", ".join(f"{count}× {name}" for name, count in ordered)
 
 
 def host_view(
-    snapshot: HostSnapshot, anchor: str, findings: Sequence[dict[str, Any]]
+    snapshot: HostSnapshot,
+    anchor: str,
+    finding_ids: Sequence[int],
+    severities: Sequence[str],
+    checklists: Sequence[dict[str, Any]] = (),
 ) -> dict[str, Any]:
+    """One host, as the page data the script draws its section from.
+
+    ``finding_ids`` index the page's findings list; ``severities`` are those findings'
+    severities, counted here for the section's one-line summary.
+    """
     failed_sections = [
         {"name": name, "rc": show(section.rc), "stderr": section.stderr[:2000]}
         for name, section in sorted(snapshot.sections.items())
         if section.rc not in (0, None) or (section.rc is None and section.stderr)
     ]
+    gpus = sorted(snapshot.gpus, key=lambda g: g.index)
+    rows = [gpu_row(g) for g in gpus]
+    counts = {s: severities.count(s) for s in dict.fromkeys(severities)}
     return {
         "name": snapshot.host,
         "anchor": anchor,
@@ -303,20 +350,26 @@ def host_view(
         "status_class": css_class(snapshot.status.value, STATUS_CLASSES),
         "status_detail": snapshot.status_detail,
         "collected_at": snapshot.collected_at,
+        "driver": snapshot.driver_version or DASH,
         "facts": [
-            ("Driver", snapshot.driver_version or DASH),
-            ("CUDA", snapshot.cuda_version or DASH),
-            ("OS", snapshot.os.pretty_name or DASH),
-            ("Kernel", snapshot.os.kernel or DASH),
-            ("Collected", snapshot.collected_at or DASH),
+            ["Driver", snapshot.driver_version or DASH],
+            ["CUDA", snapshot.cuda_version or DASH],
+            ["OS", snapshot.os.pretty_name or DASH],
+            ["Kernel", snapshot.os.kernel or DASH],
+            ["Collected", snapshot.collected_at or DASH],
         ],
-        "gpus": [gpu_row(g) for g in sorted(snapshot.gpus, key=lambda g: g.index)],
+        "gpu_models": gpu_models(gpus),
+        "gpu_count": len(gpus),
+        "gpus": [[row[key] for key in GPU_COLUMNS] for row in rows],
+        "gpus_attention": sum(1 for row in rows if row["attention"]),
         "expected_gpus": snapshot.host_data.get("expected_gpu_count"),
         "attached_gpus": snapshot.attached_gpus,
         "topology": topology_view(snapshot.topology),
         "xid": xid_view(snapshot.xid_events),
         "kernel_log_truncated": snapshot.kernel_log_truncated,
-        "findings": list(findings),
-        "parse_errors": sorted(snapshot.parse_errors.items()),
+        "findings": list(finding_ids),
+        "severity_counts": counts,
+        "checklists": list(checklists),
+        "parse_errors": [list(item) for item in sorted(snapshot.parse_errors.items())],
         "failed_sections": failed_sections,
     }

@@ -5,7 +5,7 @@ Rules are pure: snapshot + fleet + policy in, findings out; no pyinfra, no I/O.
 
 Codes: GA0xx the audit itself, GA1xx driver/software, GA2xx MIG, GA3xx memory/ECC/XID health
 and clock slowdowns, GA4xx services, GA5xx topology/PCIe, GA6xx system/sysctl/security,
-GA7xx fleet consistency. A code is never reused.
+GA7xx fleet consistency, GA8xx capacity. A code is never reused.
 """
 
 from __future__ import annotations
@@ -14,13 +14,32 @@ import dataclasses
 import traceback
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from functools import partial
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from gpuaudit.model.snapshot import HostSnapshot
-from gpuaudit.rules import audit, fleet, health, mig, services, software, system, topology, xid
+from gpuaudit.rules import (
+    audit,
+    capacity,
+    compat,
+    condition,
+    ecc,
+    fleet,
+    health,
+    mig,
+    nvlink,
+    services,
+    software,
+    system,
+    topology,
+    visibility,
+    xid,
+)
 from gpuaudit.rules.audit import NOT_COLLECTED, rule_failed
 from gpuaudit.rules.base import REGISTRY, Evidence, Finding, Rule, RuleContext, Severity
 from gpuaudit.rules.policy_defaults import DEFAULT_POLICY, effective_policy
+
+if TYPE_CHECKING:
+    from gpuaudit.policy import Policy
 
 __all__ = [
     "DEFAULT_POLICY",
@@ -31,7 +50,10 @@ __all__ = [
 ]
 
 # Keep the rule modules referenced: importing them is what registers their rules.
-_RULE_MODULES = (audit, software, mig, xid, health, services, topology, system, fleet)
+_RULE_MODULES = (
+    *(audit, software, compat, visibility, mig, xid, health, ecc, condition),
+    *(services, topology, nvlink, system, fleet, capacity),
+)
 
 # The host name a fleet rule's failure is filed under (it belongs to no single host).
 FLEET_HOST = "(fleet)"
@@ -43,35 +65,68 @@ def all_rules() -> list[Rule]:
 
 
 def evaluate(
-    snapshots: Sequence[HostSnapshot], policy: Mapping[str, Any] | None = None
+    snapshots: Sequence[HostSnapshot], policy: Policy | Mapping[str, Any] | None = None
 ) -> list[Finding]:
     """Run the host rules on each snapshot and the fleet rules once; return sorted findings.
 
-    ``policy`` is merged over the defaults (policy_defaults.DEFAULT_POLICY); per-host values
-    from ``snapshot.host_data`` are merged over that by the rules. Hosts that could not be
-    collected only get the rules that report on collection (GA001). A rule that raises becomes
-    a GA000 finding for that host (or for the fleet) instead of ending the audit. The policy's
-    ``disabled_rules`` and ``severity_overrides`` are applied last.
+    ``policy`` is a site :class:`gpuaudit.policy.Policy` (each host gets its
+    ``settings_for()``: defaults, then its groups, then its inventory data; fleet rules get the
+    policy's defaults) or a plain mapping merged over policy_defaults.DEFAULT_POLICY for every
+    host (per-host values from ``snapshot.host_data`` are merged over that by the rules).
+    Hosts that could not be collected only get the rules that report on collection (GA001).
+    A rule that raises becomes a GA000 finding for that host (or for the fleet) instead of
+    ending the audit. ``disabled_rules`` (per host with a Policy) and the severity overrides
+    are applied last; a Policy's override keeps its reason in the finding.
     """
-    merged = effective_policy(policy)
-    ctx = RuleContext(fleet=tuple(snapshots), policy=merged)
-    disabled = {str(code) for code in merged.get("disabled_rules") or ()}
+    fleet = tuple(snapshots)
+    settings_for, override = _policy_hooks(policy)
+    fleet_ctx = RuleContext(fleet=fleet, policy=settings_for(None))
+    contexts = [RuleContext(fleet=fleet, policy=settings_for(snap)) for snap in fleet]
+    hosts = [(snap, ctx, _disabled(ctx)) for snap, ctx in zip(fleet, contexts, strict=True)]
     findings: list[Finding] = []
     for rule in all_rules():
-        if rule.code in disabled:
-            continue
         if rule.check_host is not None:
             check_host = rule.check_host
-            for snap in snapshots:
-                if snap.status in NOT_COLLECTED and not rule.runs_without_data:
+            for snap, ctx, off in hosts:
+                if rule.code in off or (
+                    snap.status in NOT_COLLECTED and not rule.runs_without_data
+                ):
                     continue
                 findings.extend(_guarded(rule, snap.host, partial(check_host, rule, snap, ctx)))
-        if rule.check_fleet is not None:
+        if rule.check_fleet is not None and rule.code not in _disabled(fleet_ctx):
             check_fleet = rule.check_fleet
-            findings.extend(_guarded(rule, FLEET_HOST, partial(check_fleet, rule, ctx.fleet, ctx)))
+            findings.extend(
+                _guarded(rule, FLEET_HOST, partial(check_fleet, rule, fleet, fleet_ctx))
+            )
+    return sort_findings(override(f) for f in findings)
+
+
+def _policy_hooks(
+    policy: Policy | Mapping[str, Any] | None,
+) -> tuple[Callable[[HostSnapshot | None], dict[str, Any]], Callable[[Finding], Finding]]:
+    """(settings for a host or, given None, the fleet; the severity override of a finding)."""
+    from gpuaudit.policy import Policy  # late: gpuaudit.policy imports this package
+
+    if isinstance(policy, Policy):
+        site = policy
+
+        def settings(snap: HostSnapshot | None) -> dict[str, Any]:
+            return site.settings_for(snap if snap is not None else {})
+
+        def override(finding: Finding) -> Finding:
+            wanted = site.override_for(finding)
+            if wanted is None:
+                return finding
+            return _with_severity(finding, wanted.severity, wanted.reason)
+
+        return settings, override
+    merged = effective_policy(policy)
     overrides = merged.get("severity_overrides") or {}
-    findings = [_override_severity(f, overrides) for f in findings]
-    return sort_findings(findings)
+    return (lambda _snap: merged), partial(_override_severity, overrides=overrides)
+
+
+def _disabled(ctx: RuleContext) -> set[str]:
+    return {str(code) for code in ctx.policy.get("disabled_rules") or ()}
 
 
 def sort_findings(findings: Iterable[Finding]) -> list[Finding]:
@@ -123,4 +178,17 @@ def _override_severity(finding: Finding, overrides: Mapping[str, Any]) -> Findin
     except ValueError:
         note = f" (policy severity override {wanted!r} ignored: not a severity)"
         return dataclasses.replace(finding, message=finding.message + note)
-    return dataclasses.replace(finding, severity=severity)
+    return _with_severity(finding, severity, None)
+
+
+def _with_severity(finding: Finding, severity: Severity, reason: str | None) -> Finding:
+    """The finding at the site's severity; a reason is kept in the finding and its message."""
+    if reason is None:
+        return dataclasses.replace(finding, severity=severity)
+    note = (
+        f" Site policy: severity {severity.value} (rule gives {finding.severity.value}): "
+        f"{reason.rstrip('.')}."
+    )
+    return dataclasses.replace(
+        finding, severity=severity, message=finding.message + note, override_reason=reason
+    )

@@ -70,6 +70,8 @@ class Finding:
     likelihood: int = 3  # 1 (rare) .. 5 (almost certain)
     impact: int = 3  # 1 (negligible) .. 5 (severe)
     operation: str | None = None  # the gpuaudit remediation operation that fixes it
+    # Why the site policy changed this finding's severity (None: the rule's own severity).
+    override_reason: str | None = None
 
     @property
     def score(self) -> int:
@@ -99,6 +101,7 @@ class Finding:
             "remediation": self.remediation,
             "operation": self.operation,
             "references": list(self.references),
+            "override_reason": self.override_reason,
         }
 
     @classmethod
@@ -123,6 +126,7 @@ class Finding:
             likelihood=int(data.get("likelihood", 3)),
             impact=int(data.get("impact", 3)),
             operation=data.get("operation"),
+            override_reason=data.get("override_reason"),
         )
 
 

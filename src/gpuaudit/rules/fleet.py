@@ -2,19 +2,18 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass
 
 from gpuaudit.model.snapshot import HostSnapshot
 from gpuaudit.rules import refs
 from gpuaudit.rules.audit import NOT_COLLECTED
 from gpuaudit.rules.base import Evidence, Finding, Owner, Rule, RuleContext, Severity, rule
+from gpuaudit.rules.services import fabric_manager_packages
 from gpuaudit.rules.software import host_driver_version
+from gpuaudit.rules.versions import version_key
 
 _MAX_NAMES = 10
-
-
-def _version_key(version: str) -> tuple[int, ...]:
-    return tuple(int(p) if p.isdigit() else -1 for p in version.split("."))
 
 
 def _names(snaps: Sequence[HostSnapshot]) -> str:
@@ -55,52 +54,179 @@ def driver_drift(
     Evidence: the host's version, the majority version, and the hosts on every version.
     Remediation: staged upgrade to the majority version, or declare the canary in the policy.
     """
+    yield from _drift(
+        rule, snapshots, lambda snap, _model: host_driver_version(snap), "driver_version", "Driver"
+    )
+
+
+# (snapshot, GPU model) -> the host's value for that model, or None when it has none.
+ValueOf = Callable[[HostSnapshot, str], str | None]
+
+
+def _drift(
+    rule: Rule, snapshots: Sequence[HostSnapshot], value_of: ValueOf, fact: str, what: str
+) -> Iterator[Finding]:
+    """One finding per host whose value differs from its GPU model's majority value.
+
+    Hosts are grouped by GPU model name (a host with two models is in both groups); in each
+    group the value most hosts have is the reference (on a tie, the newest of the tied values),
+    and every host with another value gets one finding naming both and the hosts on each.
+    Hosts not collected, and hosts without a value, are left out.
+    """
     groups: dict[str, dict[str, list[HostSnapshot]]] = {}
     for snap in snapshots:
-        version = host_driver_version(snap)
-        if snap.status in NOT_COLLECTED or not version:
+        if snap.status in NOT_COLLECTED:
             continue
         for model in sorted({g.name for g in snap.gpus if g.name}):
-            groups.setdefault(model, {}).setdefault(version, []).append(snap)
+            value = value_of(snap, model)
+            if value:
+                groups.setdefault(model, {}).setdefault(value, []).append(snap)
 
     drifts: dict[str, list[tuple[str, str, str, dict[str, list[HostSnapshot]]]]] = {}
     by_host: dict[str, HostSnapshot] = {}
-    for model, versions in sorted(groups.items()):
-        if len(versions) < 2:
+    for model, values in sorted(groups.items()):
+        if len(values) < 2:
             continue
-        majority = max(versions, key=lambda v: (len(versions[v]), _version_key(v)))
-        for version, snaps in versions.items():
-            if version == majority:
+        majority = max(values, key=lambda v: (len(values[v]), version_key(v)))
+        for value, snaps in values.items():
+            if value == majority:
                 continue
             for snap in snaps:
                 by_host[snap.host] = snap
-                drifts.setdefault(snap.host, []).append((model, version, majority, versions))
+                drifts.setdefault(snap.host, []).append((model, value, majority, values))
 
     for host, entries in sorted(drifts.items()):
         snap = by_host[host]
         parts = []
-        for model, version, majority, versions in entries:
+        for model, value, majority, values in entries:
             spread = "; ".join(
-                f"{v} on {len(versions[v])} ({_names(versions[v])})"
-                for v in sorted(versions, key=lambda v: (-len(versions[v]), v))
+                f"{v} on {len(values[v])} ({_names(values[v])})"
+                for v in sorted(values, key=lambda v: (-len(values[v]), v))
             )
-            tie = sum(1 for v in versions if len(versions[v]) == len(versions[majority])) > 1
+            tie = sum(1 for v in values if len(values[v]) == len(values[majority])) > 1
             reference = "newest of the tied versions" if tie else "majority version"
             parts.append(
-                f"{model}: this host runs {version}, the {reference} is {majority} — {spread}."
+                f"{model}: this host has {value}, the {reference} is {majority} — {spread}."
             )
-        model, version, majority, _ = entries[0]
+        model, value, majority, _ = entries[0]
         yield rule.finding(
             snap,
-            "Driver drift. " + " ".join(parts),
+            f"{what} drift. " + " ".join(parts),
             Evidence(
-                fact="driver_version",
-                actual=version,
+                fact=fact,
+                actual=value,
                 expected=majority,
                 excerpt="\n".join(
                     f"{m}: "
-                    + "; ".join(f"{v}: {_names(vs[v])}" for v in sorted(vs, key=_version_key))
+                    + "; ".join(f"{v}: {_names(vs[v])}" for v in sorted(vs, key=version_key))
                     for m, _, _, vs in entries
                 ),
             ),
         )
+
+
+def _gpu_values(field: str) -> ValueOf:
+    """The host's distinct values of a GPU field among its GPUs of one model, joined."""
+
+    def value_of(snap: HostSnapshot, model: str) -> str | None:
+        values = {getattr(g, field) for g in snap.gpus if g.name == model and getattr(g, field)}
+        return ", ".join(sorted(values, key=version_key)) or None
+
+    return value_of
+
+
+def _fabric_manager_version(snap: HostSnapshot, _model: str) -> str | None:
+    versions = {p.version.split(":", 1)[-1] for p in fabric_manager_packages(snap)}
+    return ", ".join(sorted(versions, key=version_key)) or None
+
+
+@dataclass(frozen=True)
+class _Drift:
+    code: str
+    thing: str  # what drifts, as the title and message name it
+    fact: str
+    value_of: ValueOf
+    severity: Severity
+    likelihood: int
+    impact: int
+    why: str
+    remediation: str
+
+
+_FIRMWARE_FIX = (
+    "Flash the model's majority {thing} with the vendor's firmware tool during a maintenance "
+    "window (or update the fleet to the newest one the vendor supports for the driver), and "
+    "keep firmware versions in the site's hardware baseline."
+)
+
+_DRIFTS = (
+    _Drift(
+        "GA702", "VBIOS version", "gpus[].vbios_version", _gpu_values("vbios_version"),
+        Severity.MEDIUM, 2, 3,
+        "the VBIOS sets clocks, power limits and link training: hosts of one model on "
+        "different VBIOS versions perform differently and fail differently (seed 004 "
+        "anti-pattern 10), and vendor fixes arrive only on the updated ones",
+        _FIRMWARE_FIX.format(thing="VBIOS"),
+    ),
+    _Drift(
+        "GA703", "InfoROM version", "gpus[].inforom_image", _gpu_values("inforom_image"),
+        Severity.LOW, 2, 2,
+        "the InfoROM holds the GPU's configuration and error records (ECC, retired pages); a "
+        "different image means a board from another batch or a missed firmware update",
+        _FIRMWARE_FIX.format(thing="InfoROM image"),
+    ),
+    _Drift(
+        "GA704", "Kernel version", "os.kernel", lambda snap, _model: snap.os.kernel,
+        Severity.MEDIUM, 3, 3,
+        "the NVIDIA kernel module is built per kernel (DKMS): another kernel is another driver "
+        "build, and a kernel update without its module build is a host whose driver does not "
+        "load after the next reboot",
+        "Bring the host to the model's majority kernel with the OS image or the staged "
+        "upgrade, and hold kernel packages along with the driver's.",
+    ),
+    _Drift(
+        "GA705", "Fabric manager version", "packages[fabricmanager]", _fabric_manager_version,
+        Severity.MEDIUM, 3, 3,
+        "fabric manager must match its host's driver (GA402), so two fabric manager versions "
+        "in one model are two driver versions on NVSwitch systems, or one left behind by an "
+        "upgrade of the driver alone",
+        "Install nvidia-fabricmanager at the driver's version on every NVSwitch host of the "
+        "model, as part of the same staged driver upgrade.",
+    ),
+)  # fmt: skip
+
+
+def _register_drift(spec: _Drift) -> None:
+    def check(rule: Rule, snapshots: Sequence[HostSnapshot], ctx: RuleContext) -> Iterator[Finding]:
+        yield from _drift(rule, snapshots, spec.value_of, spec.fact, spec.thing)
+
+    # Mid-sentence, "Kernel version" reads "kernel version"; VBIOS and InfoROM keep their case.
+    acronym = any(c.isupper() for c in spec.thing.split()[0][1:])
+    noun = spec.thing if acronym else spec.thing[0].lower() + spec.thing[1:]
+    check.__doc__ = (
+        f"Hosts whose {noun} differs from the majority of hosts with the same GPU model.\n\n"
+        f"Checks: audited hosts grouped by GPU model name; in each group the {noun} most "
+        "hosts have is the reference (on a tie, the newest), and every host with another one "
+        "gets a finding naming both and the hosts on each (a host whose GPUs of one model "
+        "differ shows them joined). Hosts without the value are left out.\n"
+        f"Why: {spec.why}.\n"
+        f"Evidence: the host's {noun}, the majority one, and the hosts on every one.\n"
+        f"Remediation: {spec.remediation}"
+    )
+    check.__name__ = check.__qualname__ = f"{spec.thing.lower().replace(' ', '_')}_drift"
+    rule(
+        spec.code,
+        f"{spec.thing} drift among hosts with the same GPU model",
+        category="fleet",
+        owner=Owner.INFRA,
+        severity=spec.severity,
+        likelihood=spec.likelihood,
+        impact=spec.impact,
+        remediation=spec.remediation,
+        references=(refs.SEED_ANTI_10, refs.SEED_SECURITY, refs.SEED_SAFE_DEPLOY),
+        fleet=True,
+    )(check)
+
+
+for _spec in _DRIFTS:
+    _register_drift(_spec)

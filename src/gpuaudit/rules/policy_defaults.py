@@ -1,9 +1,10 @@
 """Default thresholds and expectations the rules read, and how a site policy overrides them.
 
 Three layers, later wins: these defaults, the site policy passed to ``evaluate()`` (a YAML file
-loaded elsewhere), and per-host inventory data (``snapshot.host_data``, e.g. pyinfra
-group_data) for any key that also exists here. Nested dicts merge key by key, so a site that
-adds one sysctl keeps the two baseline ones; every other value is replaced whole.
+read by gpuaudit.policy, whose defaults and per-group settings form this layer), and per-host
+inventory data (``snapshot.host_data``, e.g. pyinfra group_data) for any key that also exists
+here. Nested dicts merge key by key, so a site that adds one sysctl keeps the two baseline
+ones; every other value is replaced whole.
 
 Each default names its source. Where sources disagree the default follows NVIDIA and the
 rule's message shows the other readings, so a site can override with a reason.
@@ -27,6 +28,16 @@ DEFAULT_POLICY: dict[str, Any] = {
     "expected_gpu_count": None,
     # The driver the site wants; None = no opinion (fleet drift is still checked by GA701).
     "desired_driver_version": None,
+    # Or only its branch ("550"): any 550.x is fine. A layer that pins one of the two clears
+    # the other (see _EXCLUSIVE), so a group's exact version replaces a site-wide branch.
+    "desired_driver_branch": None,
+    # CUDA versions the driver must support (quoted strings, "12.4"); None = no opinion.
+    "required_cuda_versions": None,
+    # --- MIG ---
+    # The mig-parted configuration (a name in mig_configs) the host's GPUs should follow, and
+    # the site's mig-parted ``mig-configs`` map (gpuaudit.policy reads it from the policy file).
+    "mig_config_name": None,
+    "mig_configs": {},
     # "nvidia" | "amd" | None; when set, the vendor's CLI must be installed.
     "gpu_vendor": None,
     # --- memory errors ---
@@ -36,6 +47,29 @@ DEFAULT_POLICY: dict[str, Any] = {
     "retired_pages_pending_limit": 62,
     # NVIDIA memory error management / DCGM: 512 uncorrectable row remaps means RMA.
     "remapped_rows_uncorrectable_limit": 512,
+    # Corrected-error volume (GA308). NVIDIA sets no limit on corrected errors; these are the
+    # public health checks' (reference notes, "Other thresholds"): Meta gcm warns above 50 M
+    # corrected errors, Azure fails an H100 above 10,000 SRAM or 20 M DRAM correctable errors.
+    "ecc_corrected_limit": 50_000_000,
+    "ecc_sram_corrected_limit": 10_000,
+    "ecc_dram_corrected_limit": 20_000_000,
+    # What makes a GPU a datacenter part (ECC expected on, DCGM supported): its name matches
+    # one of these regular expressions and contains none of the exclusions (workstation and
+    # consumer cards share the letters: RTX A400, Quadro T600).
+    "datacenter_gpu_name_patterns": [
+        r"\bTesla\b",
+        r"\b[ABHL]\d{1,3}[A-Z]?\b",
+        r"\bG[HB]\d{3}\b",
+        r"\bT4\b",
+    ],
+    "datacenter_gpu_name_exclusions": ["RTX", "GeForce", "Quadro", "TITAN"],
+    # --- state at collection time ---
+    # Seed 000's GPUHighTemperature alert (> 80 °C; "throttling starts ~80°C").
+    "temperature_alert_c": 80,
+    # Seed 004 M2: keep 20 % of GPU memory free; seed 000's GPUMemoryPressure alert at 95 %.
+    # The headroom also sizes what the capacity rules count as usable (GA801, GA802).
+    "memory_headroom_pct": 20,
+    "memory_pressure_pct": 95,
     # --- XID ---
     # Per-code site overrides of NVIDIA's catalogue, e.g.
     # {63: {"action": "RESET_GPU", "severity": "high", "reason": "we drain on any remap"}}.
@@ -69,6 +103,25 @@ DEFAULT_POLICY: dict[str, Any] = {
     # PCIe and NVL variants carry the same model names but bridge pairs instead of switches.
     "nvswitch_gpu_name_exclusions": ["PCIe", "NVL"],
     "nvswitch_min_gpus": 8,
+    # Seed 000 observability / seed 004 M-metrics need a DCGM agent on every datacenter-GPU
+    # host: any one of these systemd units running satisfies GA403. Sites that run
+    # dcgm-exporter as a Kubernetes DaemonSet (no host unit) set monitoring_required: false.
+    "monitoring_required": True,
+    "monitoring_services": ["nvidia-dcgm", "dcgm", "dcgm-exporter"],
+    # --- PCIe and NVLink ---
+    # The replay counter counts since the driver loaded; DCGM's limit is a rate of 8 replays a
+    # minute (DcgmGPUHardwareLimits.h), so 1000 is about two hours at that rate.
+    "pcie_replay_limit": 1000,
+    # Whether the host's GPUs should have active NVLinks: None = decide from the hardware (an
+    # NVSwitch system, or SXM-board GPU names); true / false override.
+    "nvlink_expected": None,
+    # NVLink error counters since the driver loaded (nvidia-smi nvlink -e). DCGM fails a link
+    # on any replay or recovery error and on CRC errors at 100 per second: a total below these
+    # cannot have crossed DCGM's limits.
+    "nvlink_error_limits": {"replay_errors": 1, "recovery_errors": 1, "crc_errors": 100},
+    # --- MIG ---
+    # Hosts whose GPUs serve several tenants (teams, customers): they should be isolated by MIG.
+    "multi_tenant": False,
     # --- system ---
     # Seed 000 "Network bottlenecks in inference": TCP buffers for large payloads.
     "sysctl_baseline": {"net.core.rmem_max": 134217728, "net.core.wmem_max": 134217728},
@@ -89,6 +142,21 @@ DEFAULT_POLICY: dict[str, Any] = {
         r"kmod-nvidia",
         r"cuda-drivers",
     ],
+    # --- capacity (seed 000, "Memory calculation for LLMs") ---
+    # Model sizes in billions of parameters to summarise per host (GA801).
+    "capacity_model_sizes_b": [7, 13, 34, 70, 405],
+    # Bytes per parameter by precision (seed 000's quantization table: FP32 4, FP16 2, INT8 1,
+    # INT4 0.5).
+    "capacity_precisions": {"fp16": 2, "int8": 1, "int4": 0.5},
+    # KV cache added to every model size (GiB): seed 000's example, Llama 7B at 4096 tokens,
+    # 2 × 32 layers × 32 heads × 128 dim × 4096 × 2 bytes = 2 GiB for one request.
+    "capacity_kv_cache_gib": 2.0,
+    # Models the site must serve (GA802): [{"name": "llama-3-70b", "params_b": 70,
+    # "precision": "fp16"}]; optional "kv_cache_gib", or the architecture for the seed's formula
+    # ("layers", "heads" = key/value heads, "head_dim", "context_length",
+    # "concurrent_requests"), and
+    # "placement": "host" (tensor parallel across the host's GPUs, the default) or "gpu".
+    "required_models": [],
     # --- register ---
     # Rule codes to leave out of the register, and per-code severity overrides
     # ({"GA602": "high"}); both are applied by evaluate(), after the rules ran.
@@ -99,6 +167,13 @@ DEFAULT_POLICY: dict[str, Any] = {
 # host_data keys that mean a policy key under another name (inventory conventions differ).
 _HOST_ALIASES = {"vendor": "gpu_vendor"}
 
+# Keys that say the same thing at two precisions: a layer that sets one clears the other, so
+# the most specific layer's pin is the only one in force.
+_EXCLUSIVE = {
+    "desired_driver_version": "desired_driver_branch",
+    "desired_driver_branch": "desired_driver_version",
+}
+
 
 def merge_policy(*layers: Mapping[str, Any] | None) -> dict[str, Any]:
     """Merge policy layers left to right; nested dicts merge, other values are replaced."""
@@ -106,6 +181,9 @@ def merge_policy(*layers: Mapping[str, Any] | None) -> dict[str, Any]:
     for layer in layers:
         if layer:
             _merge_into(merged, layer)
+            for key, other in _EXCLUSIVE.items():
+                if layer.get(key) is not None and other not in layer:
+                    merged[other] = None
     return merged
 
 
@@ -128,9 +206,14 @@ def host_policy(snap: HostSnapshot, policy: Mapping[str, Any] | None) -> dict[st
     Only host_data keys that name a policy key (or an alias of one) override; the rest of
     host_data (groups, ssh settings) is not policy.
     """
+    return merge_policy(DEFAULT_POLICY, policy, host_overrides(snap.host_data))
+
+
+def host_overrides(host_data: Mapping[str, Any]) -> dict[str, Any]:
+    """The policy keys a host's inventory data sets (aliases resolved, None left out)."""
     overrides: dict[str, Any] = {}
-    for key, value in snap.host_data.items():
+    for key, value in host_data.items():
         name = _HOST_ALIASES.get(key, key)
         if name in DEFAULT_POLICY and value is not None:
             overrides[name] = value
-    return merge_policy(DEFAULT_POLICY, policy, overrides)
+    return overrides

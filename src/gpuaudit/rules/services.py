@@ -6,12 +6,14 @@ import re
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from gpuaudit.model.snapshot import HostSnapshot, Package, Service
+from gpuaudit.model.snapshot import Gpu, HostSnapshot, Package, Service
 from gpuaudit.rules import refs
 from gpuaudit.rules.base import Evidence, Finding, Owner, Rule, RuleContext, Severity, rule
 from gpuaudit.rules.evidence import gpu_label, section_excerpt
+from gpuaudit.rules.hardware import is_datacenter_gpu
 from gpuaudit.rules.policy_defaults import host_policy
 from gpuaudit.rules.software import host_driver_version
+from gpuaudit.rules.versions import same_version
 
 PERSISTENCED = "nvidia-persistenced"
 FABRIC_MANAGER = "nvidia-fabricmanager"
@@ -108,21 +110,25 @@ def nvswitch_reason(snap: HostSnapshot, policy: Mapping[str, Any]) -> str | None
     if any(e.kind == "sxid" for e in snap.xid_events):
         return "the kernel log has NVSwitch SXid lines"
     min_gpus = int(policy.get("nvswitch_min_gpus", 8))
-    patterns = [str(p).lower() for p in policy.get("nvswitch_gpu_name_patterns", ())]
-    exclusions = [str(p).lower() for p in policy.get("nvswitch_gpu_name_exclusions", ())]
-    sxm = [
-        g
-        for g in snap.gpus
-        if g.name
-        and any(p in g.name.lower() for p in patterns)
-        and not any(x in g.name.lower() for x in exclusions)
-    ]
+    sxm = [g for g in snap.gpus if is_sxm_board_gpu(g, policy)]
     if len(sxm) >= min_gpus:
         return f"{len(sxm)} × {sxm[0].name} (an NVSwitch baseboard model)"
     linked = _all_to_all_nvlink_gpus(snap)
     if linked >= min_gpus:
         return f"topo -m shows NVLink between every pair of {linked} GPUs"
     return None
+
+
+def is_sxm_board_gpu(gpu: Gpu, policy: Mapping[str, Any]) -> bool:
+    """A GPU model sold only as an SXM (HGX/DGX) board, whose GPUs are wired with NVLink.
+
+    By name: one of ``nvswitch_gpu_name_patterns`` and none of
+    ``nvswitch_gpu_name_exclusions`` (the PCIe and NVL cards of the same models).
+    """
+    name = (gpu.name or "").lower()
+    patterns = [str(p).lower() for p in policy.get("nvswitch_gpu_name_patterns", ())]
+    exclusions = [str(p).lower() for p in policy.get("nvswitch_gpu_name_exclusions", ())]
+    return any(p in name for p in patterns) and not any(x in name for x in exclusions)
 
 
 def _all_to_all_nvlink_gpus(snap: HostSnapshot) -> int:
@@ -143,7 +149,7 @@ def _all_to_all_nvlink_gpus(snap: HostSnapshot) -> int:
     return len(gpus)
 
 
-def _fm_packages(snap: HostSnapshot) -> list[Package]:
+def fabric_manager_packages(snap: HostSnapshot) -> list[Package]:
     return [p for p in snap.packages if "fabricmanager" in p.name or "fabric-manager" in p.name]
 
 
@@ -180,7 +186,7 @@ def fabric_manager(rule: Rule, snap: HostSnapshot, ctx: RuleContext) -> Iterable
     if reason is None:
         return
     service = _service(snap, FABRIC_MANAGER)
-    packages = _fm_packages(snap)
+    packages = fabric_manager_packages(snap)
     driver = host_driver_version(snap)
     problems: list[str] = []
     severity = Severity.CRITICAL
@@ -190,7 +196,7 @@ def fabric_manager(rule: Rule, snap: HostSnapshot, ctx: RuleContext) -> Iterable
         problems.append(f"{FABRIC_MANAGER} is {service.active} ({service.enabled})")
     elif service is None and snap.packages and not packages:
         problems.append("no fabric manager package is installed")
-    wrong = [p for p in packages if driver and not _same_version(p.version, driver)]
+    wrong = [p for p in packages if driver and not same_version(p.version, driver)]
     if wrong:
         problems.append(
             "its package is at another version than the driver "
@@ -219,7 +225,72 @@ def fabric_manager(rule: Rule, snap: HostSnapshot, ctx: RuleContext) -> Iterable
     )
 
 
-def _same_version(package_version: str, driver: str) -> bool:
-    """Whether a package is the driver's version: 1:535.129.03-0ubuntu1 is 535.129.03."""
-    upstream = package_version.split(":", 1)[-1]
-    return re.match(re.escape(driver) + r"(?![\d.])", upstream) is not None
+@rule(
+    "GA403",
+    "GPU monitoring agent not running (DCGM / dcgm-exporter)",
+    category="services",
+    owner=Owner.INFRA,
+    severity=Severity.MEDIUM,
+    likelihood=4,
+    impact=3,
+    remediation=(
+        "Install DCGM (datacenter-gpu-manager) and enable its host engine (systemctl enable "
+        "--now nvidia-dcgm), run dcgm-exporter for Prometheus, and load seed 000's alert rules "
+        "(temperature, memory pressure, XID); or declare the Kubernetes DaemonSet that does "
+        "it with monitoring_required: false."
+    ),
+    references=(
+        refs.SEED_OBSERVABILITY,
+        refs.SEED_ALERTS,
+        refs.SEED_TOOLS_DCGM,
+        refs.SEED_ANTI_8,
+        refs.DCGM_GUIDE,
+        refs.DCGM_EXPORTER,
+    ),
+    operation="gpuaudit.operations.services.enable",
+)
+def monitoring_absent(rule: Rule, snap: HostSnapshot, ctx: RuleContext) -> Iterable[Finding]:
+    """A host with datacenter GPUs runs none of the DCGM monitoring agents.
+
+    Checks: on hosts with at least one datacenter GPU (``datacenter_gpu_name_patterns``), that
+    one of ``monitoring_services`` (nvidia-dcgm, dcgm, dcgm-exporter) is active. Silent when
+    the service list was not collected, and when ``monitoring_required`` is false (sites whose
+    dcgm-exporter runs as a Kubernetes DaemonSet have no host unit to find).
+    Why: without DCGM nothing records the GPU metrics seed 000 alerts on (temperature, memory
+    pressure, XID counts) or seed 004's M1–M14; failures are found by the jobs that hit them
+    (seed 004 anti-pattern 8: missing exporters). The audit is a snapshot; monitoring is the
+    history between audits.
+    Evidence: the monitoring units and their states, and whether DCGM packages are installed.
+    Remediation: enable the DCGM host engine and dcgm-exporter
+    (gpuaudit.operations.services.enable).
+    """
+    policy = host_policy(snap, ctx.policy)
+    if not policy.get("monitoring_required", True) or not snap.services:
+        return
+    if not any(is_datacenter_gpu(g, policy) for g in snap.gpus):
+        return
+    wanted = [str(s) for s in policy.get("monitoring_services", ())]
+    states = {name: _service(snap, name) for name in wanted}
+    if any(s is not None and s.running for s in states.values()):
+        return
+    shown = {
+        name: (f"{s.active}/{s.enabled}" if s is not None else "not listed")
+        for name, s in states.items()
+    }
+    dcgm_packages = [p for p in snap.packages if "datacenter-gpu-manager" in p.name]
+    installed = (
+        "DCGM is installed (" + ", ".join(f"{p.name} {p.version}" for p in dcgm_packages) + ")"
+        if dcgm_packages
+        else "no DCGM package is installed"
+    )
+    yield rule.finding(
+        snap,
+        f"No GPU monitoring agent is running ({', '.join(f'{n}: {v}' for n, v in shown.items())}"
+        f"); {installed}.",
+        Evidence(
+            fact="services",
+            actual=shown,
+            expected=f"one of {', '.join(wanted)} active",
+            excerpt=section_excerpt(snap, "services"),
+        ),
+    )

@@ -11,9 +11,6 @@ from gpuaudit.rules.base import Evidence, Finding, Owner, Rule, RuleContext, Sev
 from gpuaudit.rules.evidence import gpu_label, section_excerpt
 from gpuaudit.rules.policy_defaults import host_policy
 
-# `lspci -n` class codes of display controllers: 0300 VGA, 0302 3D (datacenter GPUs).
-_LSPCI_NVIDIA_GPU = re.compile(r"^(\S+)\s+030[02]:\s*10de:", re.MULTILINE)
-
 
 def host_driver_version(snap: HostSnapshot) -> str | None:
     """The driver version the host runs: nvidia-smi's, else any GPU's."""
@@ -63,64 +60,6 @@ def driver_not_responding(rule: Rule, snap: HostSnapshot, ctx: RuleContext) -> I
             actual=snap.status.value,
             expected=HostStatus.OK.value,
             excerpt=section_excerpt(snap, "nvidia_smi_xml", 8),
-        ),
-    )
-
-
-@rule(
-    "GA102",
-    "Fewer GPUs visible than expected",
-    category="software",
-    owner=Owner.INFRA,
-    severity=Severity.HIGH,
-    likelihood=4,
-    impact=4,
-    remediation=(
-        "Compare `lspci -d 10de:` with nvidia-smi: a GPU on the bus but not in nvidia-smi needs "
-        "a driver reload or reboot (see the kernel log for XID 79/143); a GPU missing from the "
-        "bus needs reseating or replacement."
-    ),
-    references=(refs.SEED_F4_PCIE, refs.SEED_XID_TABLE, refs.REF_XID),
-)
-def gpu_count(rule: Rule, snap: HostSnapshot, ctx: RuleContext) -> Iterable[Finding]:
-    """The driver shows fewer GPUs than the host was bought with.
-
-    Checks: the number of GPUs nvidia-smi lists against ``expected_gpu_count`` (inventory
-    host_data or policy). Silent when the expectation is unset, and when the driver does not
-    answer or the GPU tool is missing (GA101 / GA104 report those; a count would repeat them).
-    Why: a GPU that fell off the bus or failed to initialise is lost capacity and often a
-    hardware fault; jobs sized for the full host fail to schedule.
-    Evidence: expected and visible counts, and how many NVIDIA GPUs lspci sees (on the bus but
-    not visible means driver/initialisation; missing from the bus means hardware).
-    Remediation: reload the driver or reboot; reseat or replace a GPU missing from the bus.
-    """
-    expected = host_policy(snap, ctx.policy).get("expected_gpu_count")
-    if not isinstance(expected, int) or expected <= 0:
-        return
-    if snap.status in (HostStatus.DRIVER_NOT_RESPONDING, HostStatus.NO_GPU_TOOLING):
-        return
-    if snap.tools.get("nvidia-smi") is False:
-        return
-    visible = len(snap.gpus)
-    if visible >= expected:
-        return
-    lspci = snap.sections.get("lspci")
-    on_bus = len(set(_LSPCI_NVIDIA_GPU.findall(lspci.stdout))) if lspci and lspci.rc == 0 else None
-    bus_note = ""
-    if on_bus is not None:
-        bus_note = f" lspci sees {on_bus} NVIDIA GPUs: " + (
-            "the missing ones are on the bus but not initialised by the driver."
-            if on_bus >= expected
-            else "some are missing from the PCIe bus."
-        )
-    yield rule.finding(
-        snap,
-        f"{visible} of {expected} expected GPUs are visible to the driver.{bus_note}",
-        Evidence(
-            fact="gpus",
-            actual={"visible": visible, "on_pci_bus": on_bus},
-            expected=expected,
-            excerpt=section_excerpt(snap, "lspci", 16),
         ),
     )
 

@@ -1,4 +1,4 @@
-"""GA5xx: the GPUs' links — PCIe width and generation."""
+"""GA50x: the GPUs' PCIe links — width, generation, replays (NVLink: nvlink.py)."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ from gpuaudit.model.snapshot import Gpu, HostSnapshot
 from gpuaudit.rules import refs
 from gpuaudit.rules.base import Evidence, Finding, Owner, Rule, RuleContext, Severity, rule
 from gpuaudit.rules.evidence import gpu_label, gpu_xml_excerpt
+from gpuaudit.rules.policy_defaults import host_policy
 
 _PCIE_REFS = (refs.NVIDIA_SMI, refs.REF_PCIE_SERVICES, refs.SEED_F4_PCIE, refs.SEED_ISOLATION)
 _IDLE_CAVEAT = (
@@ -101,6 +102,52 @@ def pcie_generation(rule: Rule, snap: HostSnapshot, ctx: RuleContext) -> Iterabl
                 actual={"generation": current, "utilization_gpu_pct": gpu.utilization_gpu_pct},
                 expected={"generation": maximum, "caveat": _IDLE_CAVEAT},
                 excerpt=_link_excerpt(snap, gpu),
+            ),
+            gpu=gpu.index,
+        )
+
+
+@rule(
+    "GA503",
+    "PCIe replay counter high",
+    category="topology",
+    owner=Owner.INFRA,
+    severity=Severity.MEDIUM,
+    likelihood=3,
+    impact=3,
+    remediation=(
+        "Reseat the GPU and its riser or cable, check the kernel log for PCIe AER errors and "
+        "the slot's BIOS link settings; if the count keeps climbing after a reseat, replace "
+        "the riser, then the GPU."
+    ),
+    references=(*_PCIE_REFS, refs.DCGM_LIMITS, refs.SEED_ANTI_11),
+)
+def pcie_replays(rule: Rule, snap: HostSnapshot, ctx: RuleContext) -> Iterable[Finding]:
+    """The GPU's PCIe link has resent many packets since the driver loaded.
+
+    Checks: ``pcie_replay_count`` (nvidia-smi ``pci/replay_counter``) at or above
+    ``pcie_replay_limit`` (1000). The counter has no time base; DCGM's limit is a rate of
+    8 replays a minute, so the default is about two hours at that rate.
+    Why: every replay is a packet the link corrupted and resent: a marginal riser, cable or
+    slot (seed 004 F4 and anti-pattern 11). It costs bandwidth now and often ends in the link
+    retraining narrower (GA501) or the GPU falling off the bus (XID 79).
+    Evidence: the count, the limit and the raw PCI block.
+    Remediation: reseat, check AER and BIOS; replace the riser or GPU if it keeps growing.
+    """
+    limit = int(host_policy(snap, ctx.policy)["pcie_replay_limit"])
+    for gpu in snap.gpus:
+        count = gpu.pcie_replay_count
+        if count is None or count < limit:
+            continue
+        yield rule.finding(
+            snap,
+            f"{gpu_label(gpu)} PCIe link has replayed {count:,} packets since the driver "
+            f"loaded (limit {limit:,}; DCGM: 8 a minute).",
+            Evidence(
+                fact=f"gpus[{gpu.index}].pcie_replay_count",
+                actual=count,
+                expected=f"< {limit}",
+                excerpt=gpu_xml_excerpt(snap, gpu, "replay_counter"),
             ),
             gpu=gpu.index,
         )

@@ -18,6 +18,7 @@ from gpuaudit.rules.xid_catalog import (
     XidEntry,
     lookup,
     other_readings,
+    recovery_action,
 )
 
 # Where an event happened: ("gpu", index) when the bus id maps to a GPU, else ("bus", id).
@@ -234,24 +235,12 @@ def _cleanup(entry: XidEntry, _events: list[XidEvent], other_codes: set[int]) ->
     )
 
 
-# Recovery actions an XID 154 line can name, most severe first.
-_RECOVERY_ACTIONS: tuple[tuple[str, Severity, str], ...] = (
-    ("node reboot", Severity.CRITICAL, "drain and reboot the node"),
-    ("system reboot", Severity.CRITICAL, "drain and reboot the node"),
-    ("drain and reset", Severity.HIGH, "drain peer-to-peer traffic and reset the GPU"),
-    ("drain p2p", Severity.HIGH, "drain peer-to-peer traffic from the GPU"),
-    ("gpu reset", Severity.HIGH, "reset the GPU (nvidia-smi -r)"),
-    ("bus reset", Severity.HIGH, "reset the GPU's PCIe bus"),
-)
-
-
 def _recovery(entry: XidEntry, events: list[XidEvent], _other: set[int]) -> _Verdict:
-    text = f"{events[-1].message} {events[-1].raw}".lower()
+    text = f"{events[-1].message} {events[-1].raw}"
     # "changed from 0x0 (None) to 0x1 (GPU Reset Required)": only the new action counts.
-    text = text.rpartition(" to ")[2] or text
-    for words, severity, step in _RECOVERY_ACTIONS:
-        if words in text:
-            return _Verdict(XidAction.WORKFLOW, severity, step)
+    action = recovery_action(text.rpartition(" to ")[2] or text)
+    if action is not None:
+        return _Verdict(XidAction.WORKFLOW, action.severity, action.step)
     return _Verdict(XidAction.WORKFLOW, entry.default_severity, entry.what_to_do)
 
 

@@ -11,7 +11,13 @@ and NVIDIA/NVSentinel's xiderrorsmapping.csv, as summarised in the project's ref
 - RESTART_BM: reboot the node.
 - WORKFLOW: the action depends on what else happened (48, 45, NVLink codes, 154).
 - OTHER: a specific step (cabling, firmware, VM restart, UVM).
-- CONTACT_SUPPORT: any code not in the table (mostly legacy codes).
+- CONTACT_SUPPORT: NVIDIA's "unexpected error, report the issue" codes (mostly legacy and
+  display codes), and any code the catalogue does not list.
+
+Every code from 1 to 162 is listed with its bucket; the reference notes' table is the subset
+seen on datacenter GPUs, the rest (more copy-engine, decoder and JPEG engine codes, DLA codes,
+the legacy codes) comes from the same NVIDIA catalogue through NVSentinel's mapping. A finding
+names a code by its description here or, failing that, by NVIDIA's mnemonic (xid_mnemonics.py).
 
 Other health checks read some codes more harshly; ``other_readings()`` returns the readings that
 differ from NVIDIA's so a finding can show them. gpuaudit follows NVIDIA by default and lets a
@@ -25,6 +31,7 @@ from dataclasses import dataclass
 from enum import Enum
 
 from gpuaudit.rules.base import Severity
+from gpuaudit.rules.xid_mnemonics import MNEMONICS
 
 
 class XidAction(str, Enum):
@@ -41,7 +48,7 @@ class XidAction(str, Enum):
 class XidEntry:
     code: int
     action: XidAction
-    description: str = ""  # empty where the reference notes give no name
+    description: str = ""  # empty where the mnemonic says it all
     step: str = ""  # the concrete step when it is more specific than the action's default
     severity: Severity | None = None  # where the code departs from its action's default
 
@@ -54,8 +61,13 @@ class XidEntry:
         return self.step or ACTION_STEP[self.action]
 
     @property
+    def mnemonic(self) -> str:
+        return MNEMONICS.get(self.code, "")
+
+    @property
     def label(self) -> str:
-        return f"XID {self.code}" + (f" ({self.description})" if self.description else "")
+        name = self.description or self.mnemonic
+        return f"XID {self.code}" + (f" ({name})" if name else "")
 
 
 ACTION_SEVERITY: dict[XidAction, Severity] = {
@@ -110,6 +122,14 @@ _COPY_ENGINE = "copy engine exception"
 _NVDEC = "NVDEC exception"
 _NVLINK = "NVLink error"
 
+# fmt: off
+_REPORT_ISSUE = (
+    *range(1, 8), 9, 10, 12, *range(15, 25), *range(26, 31), *range(33, 37), 42, 47,
+    *range(49, 54), *range(55, 60), 61, 65, 73, 81, 87, 90, 91, 108, *range(111, 119),
+    *range(122, 126), 138, 142,
+)
+# fmt: on
+
 _ENTRIES: list[XidEntry] = [
     *_bucket(
         XidAction.RESTART_APP,
@@ -138,20 +158,22 @@ _ENTRIES: list[XidEntry] = [
     *_bucket(
         XidAction.IGNORE,
         {
-            14: "",
-            37: "",
-            38: "",
-            44: "",
-            66: "",
-            67: "",
+            14: "fake error (driver test)",
+            37: "FECS: unimplemented firmware method",
+            38: "FECS: firmware watchdog timeout",
+            44: "graphics engine fault during context switch",
+            66: "FECS: register access violation",
+            67: "FECS: verification violation",
             93: "InfoROM erase limit",
-            106: "",
-            107: "",
+            106: "SMBPBI test message",
+            107: "SMBPBI test message (silent)",
             121: "C2C link error",
-            137: "",
-            141: "",
-            157: "",
-            161: "",
+            137: "NVLink FLA privilege error",
+            141: "fast path error",
+            152: "DLA SMMU error",
+            153: "DLA timeout",
+            157: "resource retirement failure",
+            161: "channel retirement failure",
         },
     ),
     # Informational for NVIDIA, but several health checks fail or warn on these: low, not info,
@@ -179,12 +201,31 @@ _ENTRIES: list[XidEntry] = [
             136: "ALI link training failure",
             140: "unrecovered ECC error",
             143: "GPU initialisation failure",
-            155: "",
-            156: "",
+            155: "NVLink software-defined error",
+            156: "resource retirement event",
             158: "fatal timeout",
+            162: "",
         },
     ),
-    *_bucket(XidAction.RESTART_BM, {79: "GPU has fallen off the bus", 160: ""}),
+    *_bucket(
+        XidAction.RESTART_BM, {79: "GPU has fallen off the bus", 160: "channel retirement event"}
+    ),
+    # Engines the reference notes' table leaves out; same bucket in NVIDIA's catalogue.
+    *_bucket(
+        XidAction.RESTART_APP,
+        {
+            11: "graphics engine: missing hardware",
+            25: "graphics engine: illegal notify",
+            60: "SEC2 engine error",
+            **{code: _COPY_ENGINE for code in (85, *range(126, 136))},
+            **{code: _NVDEC for code in (88, 89, 96, 97, 98)},
+            **{code: "NVJPG engine error" for code in (82, *range(99, 106))},
+            86: "optical flow engine error",
+            139: "optical flow engine error",
+        },
+    ),
+    # NVIDIA: "unexpected error, report the issue" — named by their mnemonics.
+    *_bucket(XidAction.CONTACT_SUPPORT, dict.fromkeys(_REPORT_ISSUE, "")),
     XidEntry(
         48,
         XidAction.WORKFLOW,
@@ -226,6 +267,37 @@ _ENTRIES: list[XidEntry] = [
 CATALOG: dict[int, XidEntry] = {entry.code: entry for entry in _ENTRIES}
 if len(CATALOG) != len(_ENTRIES):
     raise ValueError("an XID code is listed twice in the catalogue")
+
+
+@dataclass(frozen=True)
+class RecoveryAction:
+    words: str  # as the driver spells it, lower case
+    severity: Severity
+    step: str
+
+
+# Recovery actions the driver can ask for (XID 154 lines, nvidia-smi gpu_recovery_action; NVML:
+# NONE, GPU_RESET, NODE_REBOOT, DRAIN_P2P, DRAIN_AND_RESET), most specific spelling first.
+RECOVERY_ACTIONS: tuple[RecoveryAction, ...] = (
+    RecoveryAction("node reboot", Severity.CRITICAL, "drain and reboot the node"),
+    RecoveryAction("system reboot", Severity.CRITICAL, "drain and reboot the node"),
+    RecoveryAction(
+        "drain and reset", Severity.HIGH, "drain peer-to-peer traffic and reset the GPU"
+    ),
+    RecoveryAction("drain p2p", Severity.HIGH, "drain peer-to-peer traffic from the GPU"),
+    RecoveryAction("gpu reset", Severity.HIGH, "reset the GPU (nvidia-smi -r)"),
+    RecoveryAction("bus reset", Severity.HIGH, "reset the GPU's PCIe bus"),
+    # nvidia-smi's short spellings ("Reboot", "Reset", "Drain P2P").
+    RecoveryAction("reboot", Severity.CRITICAL, "drain and reboot the node"),
+    RecoveryAction("reset", Severity.HIGH, "reset the GPU (nvidia-smi -r)"),
+    RecoveryAction("drain", Severity.HIGH, "drain peer-to-peer traffic from the GPU"),
+)
+
+
+def recovery_action(text: str | None) -> RecoveryAction | None:
+    """The recovery action a driver message or field names; None for "None" or no action."""
+    lowered = (text or "").lower()
+    return next((a for a in RECOVERY_ACTIONS if a.words in lowered), None)
 
 
 def lookup(code: int | None) -> XidEntry:

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 from gpuaudit.sim import mig as mig_model
 from gpuaudit.sim.fixtures import read_fixture, rewrite_kernel_lines, topology_gpu_count
 from gpuaudit.sim.oses import OS_RELEASES
-from gpuaudit.sim.state import FAULTS, SCHEMA_VERSION, sync_persistence
+from gpuaudit.sim.state import FAULTS, HANGING_TOOLS, SCHEMA_VERSION, sync_persistence
 
 if TYPE_CHECKING:
     from gpuaudit.sim.state import State
@@ -27,10 +27,11 @@ PROFILE_KEYS = {
     "description", "vendor", "gpu_model", "xml", "gpu_count", "bus_ids", "driver", "cuda",
     "topology", "nvswitches", "dcgm", "gpu", "gpus", "kernel_log", "services", "packages_held",
     "sysctls", "device_nodes", "faults", "os", "kernel", "rocm_json", "hostname", "groups",
+    "lspci",
 }  # fmt: skip
 GPU_KEYS = {
     "persistence_mode", "remapped_rows", "pcie", "clock_reasons", "utilization",
-    "performance_state", "ecc", "xml_set", "lost", "mig",
+    "performance_state", "ecc", "xml_set", "lost", "unknown_error", "mig",
 }  # fmt: skip
 KERNEL_LOG_KEYS = {"fixture", "gpus", "lines", "xid"}
 
@@ -60,6 +61,11 @@ def build_state(name: str, profile: dict[str, Any]) -> State:
     for fault in faults:
         if fault not in FAULTS:
             raise ProfileError(f"{name}: unknown fault {fault!r} (known: {', '.join(FAULTS)})")
+    hanging = (faults.get("hang") or {}).get("tool", "nvidia-smi")
+    if "hang" in faults and hanging not in HANGING_TOOLS:
+        raise ProfileError(
+            f"{name}: hang names {hanging!r}; it can stop {', '.join(HANGING_TOOLS)}"
+        )
     os_id = profile.get("os", "ubuntu-22.04")
     if os_id not in OS_RELEASES:
         raise ProfileError(f"{name}: unknown os {os_id!r}")
@@ -141,7 +147,24 @@ def _build_nvidia(name: str, profile: dict[str, Any], faults: dict[str, Any]) ->
         "gpus": gpus,
         "topology": topology,
         "nvswitches": int(profile.get("nvswitches", 0)),
+        "lspci": _build_lspci(name, profile, bus_ids),
     }
+
+
+def _build_lspci(name: str, profile: dict[str, Any], bus_ids: list[str]) -> dict[str, Any]:
+    """How the PCI bus listing differs from the GPUs the driver knows: GPUs it lacks (a
+    container that hides part of /sys) and GPUs only it shows (bound to another driver, or
+    failed to initialise)."""
+    spec = dict(profile.get("lspci", {}))
+    _check_keys("lspci", spec, {"drop", "add"})
+    drop = sorted(int(i) for i in spec.get("drop", []))
+    if any(i not in range(len(bus_ids)) for i in drop):
+        raise ProfileError(f"{name}: lspci.drop names a GPU the host does not have")
+    add = [str(bus_id).upper() for bus_id in spec.get("add", [])]
+    known = {b.upper() for b in bus_ids}
+    if any(len(b.split(":")) != 3 or b in known for b in add):
+        raise ProfileError(f"{name}: lspci.add needs new bus ids like 00000000:C1:00.0")
+    return {"drop": drop, "add": add}
 
 
 def _build_gpu(
@@ -167,6 +190,7 @@ def _build_gpu(
         "minor": index,
         "persistence_mode": "Disabled",
         "lost": bool(overrides.pop("lost", False)),
+        "unknown_error": bool(overrides.pop("unknown_error", False)),
         "mig": None,
     }
     mig_spec = overrides.pop("mig", None)
@@ -299,8 +323,10 @@ def _build_kernel_log(name: str, profile: dict[str, Any], state: State) -> list[
     gpus = state.get("nvidia", {}).get("gpus", [])
     lines: list[str] = []
     specs = list(profile.get("kernel_log", []))
-    if "xid_storm" in state["faults"]:
-        gpu = int(state["faults"]["xid_storm"].get("gpu", 0)) if state["faults"]["xid_storm"] else 0
+    faults = state["faults"]
+    # A huge log needs XIDs to sprinkle: a host with no log of its own gets the storm's.
+    if "xid_storm" in faults or ("huge_kernel_log" in faults and not specs and gpus):
+        gpu = int((faults.get("xid_storm") or {}).get("gpu", 0))
         specs.append({"fixture": _XID_STORM_FIXTURE, "gpus": [gpu]})
     for spec in specs:
         _check_keys("kernel_log entry", spec, KERNEL_LOG_KEYS)

@@ -13,7 +13,14 @@ each one. Host data:
 
 Hosts live under ``$GPUAUDIT_SIM_DIR`` (default ``./.gpuaudit-sim``). A host whose state
 carries the ``unreachable`` fault refuses the connection with pyinfra's ``ConnectError``, so
-pyinfra reports it and carries on with the others, as for an SSH host that is down.
+pyinfra reports it and carries on with the others, as for an SSH host that is down; one with
+``auth_refused`` raises the error pyinfra's SSH connector raises when a server rejects the key.
+``sim_profile`` may also be a profile dict (what ``build.build_state`` accepts), for hosts
+that only a test needs.
+
+A command run with a time limit (``_timeout``) runs in a session of its own, and at the limit
+every process it started is killed: pyinfra's local runner stops waiting but leaves them
+running, and a simulated host that hangs must not leave sleeping tools behind.
 
 Privilege arguments (``_sudo``, ``_su_user``, ``_doas``…) are dropped: the simulated host has
 no users, and the real ``sudo`` must never act on this machine for it. For the same reason
@@ -23,12 +30,19 @@ no users, and the real ``sudo`` must never act on this machine for it. For the s
 from __future__ import annotations
 
 import os
+import signal
+import subprocess
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from pyinfra.api.exceptions import ConnectError, InventoryError
 from pyinfra.connectors.base import DataMeta
 from pyinfra.connectors.local import LocalConnector
+from pyinfra.connectors.util import (
+    make_unix_command_for_host,
+    read_output_buffers,
+    write_stdin,
+)
 from typing_extensions import TypedDict
 
 from gpuaudit.sim.host import SimHost, default_sim_dir, materialize, resolve_profile
@@ -46,7 +60,7 @@ _PRIVILEGE_ARGUMENTS = (
 
 
 class SimConnectorData(TypedDict, total=False):
-    sim_profile: str
+    sim_profile: str | dict[str, Any]
     sim_reset: bool
 
 
@@ -70,16 +84,19 @@ class SimConnector(LocalConnector):
 
     def connect(self) -> None:
         name = self.host.name.split("/", 1)[-1]
-        profile_name = self.data.get("sim_profile") or name
         try:
-            profile = resolve_profile(profile_name)
+            profile = resolve_profile(self.data.get("sim_profile") or name)
             self.sim_host = materialize(
                 name, profile, default_sim_dir(), reset=bool(self.data.get("sim_reset"))
             )
         except (ValueError, OSError) as exc:
             raise ConnectError(f"Could not build simulated host: {exc}") from exc
-        if has_fault(self.sim_host.state(), "unreachable"):
+        state = self.sim_host.state()
+        if has_fault(state, "unreachable"):
             raise ConnectError("Could not connect (timed out): simulated host is unreachable")
+        if has_fault(state, "auth_refused"):
+            # pyinfra's SSH connector words it "Authentication error (<user, key>) (<paramiko>)".
+            raise ConnectError("Authentication error (simulated host) (Authentication failed.)")
 
     def run_shell_command(
         self,
@@ -93,7 +110,47 @@ class SimConnector(LocalConnector):
             arguments.pop(key, None)
         # The host's own variables win: an operation's _env must not point PATH elsewhere.
         arguments["_env"] = {**(arguments.get("_env") or {}), **host.env()}
-        return super().run_shell_command(command, print_output, print_input, **arguments)
+        if arguments.get("_timeout") is None:
+            return super().run_shell_command(command, print_output, print_input, **arguments)
+        return self._run_bounded(command, print_output, **arguments)
+
+    def _run_bounded(
+        self, command: StringCommand, print_output: bool, **arguments: Any
+    ) -> tuple[bool, CommandOutput]:
+        """Run ``command`` in its own session; kill the whole session at ``_timeout``."""
+        timeout = arguments.pop("_timeout")
+        stdin = arguments.pop("_stdin", None)
+        success = arguments.pop("_success_exit_codes", None) or (0,)
+        arguments.pop("_get_pty", None)
+        unix_command = make_unix_command_for_host(self.state, self.host, command, **arguments)
+        process = subprocess.Popen(
+            unix_command.get_raw_value(),
+            shell=True,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            start_new_session=True,
+        )
+        assert process.stdin and process.stdout and process.stderr  # all three are pipes
+        if stdin:
+            write_stdin(stdin, process.stdin)
+        process.stdin.close()
+        try:
+            output = read_output_buffers(
+                process.stdout,
+                process.stderr,
+                timeout=timeout,
+                print_output=print_output,
+                print_prefix=self.host.print_prefix,
+            )
+        except TimeoutError:
+            os.killpg(process.pid, signal.SIGKILL)
+            raise
+        finally:
+            process.wait()
+            process.stdout.close()
+            process.stderr.close()
+        return process.returncode in success, output
 
     def put_file(self, filename_or_io, remote_filename, *args: Any, **kwargs: Any) -> bool:
         target = self._in_root(remote_filename)

@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 
 from gpuaudit.sim.fixtures import read_fixture
-from gpuaudit.sim.state import edit_state, load_state, record_event
+from gpuaudit.sim.state import edit_state, hang_if_wedged, load_state, record_event
 
 # Typing names for the checker only: importing typing costs each tool call milliseconds.
 TYPE_CHECKING = False
@@ -31,16 +31,22 @@ _GRAPHICS_BRANDS = ("GeForce", "Quadro", "NVIDIA RTX", "Titan", "TITAN")
 
 def _pci_devices(state: State) -> list[dict[str, str]]:
     """What lspci finds on the bus: GPUs stay listed when the driver is not loaded, and a GPU
-    fallen off the bus answers config reads with all ones (revision ff)."""
+    fallen off the bus answers config reads with all ones (revision ff). The state's ``lspci``
+    drops GPUs from the listing or adds ones the driver does not know."""
     devices = []
     nvidia = state.get("nvidia")
     if nvidia:
         device_id = nvidia["pci_device_id"][:4].lower()
         cls = "0300" if nvidia["brand"].startswith(_GRAPHICS_BRANDS) else "0302"
+        listing = nvidia.get("lspci") or {}
         for gpu in nvidia["gpus"]:
+            if gpu["index"] in listing.get("drop", ()):
+                continue
             slot = _slot(gpu["bus_id"])
             rev = "ff" if gpu.get("lost") else "a1"
             devices.append(_device(slot, cls, "10de", device_id, rev))
+        for bus_id in listing.get("add", ()):
+            devices.append(_device(_slot(bus_id), cls, "10de", device_id, "a1"))
         for bus in _NVSWITCH_BUSES[: nvidia["nvswitches"]]:
             slot = f"0000:{bus}:00.0"
             devices.append(_device(slot, "0680", "10de", _NVSWITCH_DEVICE, "a1"))
@@ -76,7 +82,9 @@ def run_lspci(argv: list[str], state_path: Path) -> int:
         else:
             print(f"lspci (gpuaudit simulator): option {arg} is not simulated", file=sys.stderr)
             return 2
-    for dev in _pci_devices(load_state(state_path)):
+    state = load_state(state_path)
+    hang_if_wedged(state, "lspci")
+    for dev in _pci_devices(state):
         if vendor_filter and dev["vendor"] != vendor_filter:
             continue
         if device_filter and dev["device"] != device_filter:

@@ -55,6 +55,9 @@ class SimHost:
             "PATH": f"{self.bin_dir}{os.pathsep}{self.sysbin_dir}",
             STATE_ENV: str(self.state_file),
             "GPUAUDIT_ROOT": str(self.root_dir),
+            # The machine's own python3 may have pynvml and real GPUs: a simulated host must
+            # answer only from its state, so the collector's NVML probe stays off there.
+            "GPUAUDIT_NVML": "0",
         }
 
     def state(self) -> State:

@@ -9,7 +9,6 @@ fails loudly instead of parsing a made-up answer. Messages are the driver's own 
 from __future__ import annotations
 
 import sys
-import time
 from pathlib import Path
 
 from gpuaudit.sim.fixtures import render_topology
@@ -18,6 +17,7 @@ from gpuaudit.sim.state import (
     edit_state,
     fault_param,
     gpu_reset,
+    hang_if_wedged,
     has_fault,
     load_state,
     record_event,
@@ -78,8 +78,7 @@ def run(argv: list[str], state_path: Path) -> int:
     if not state.get("nvidia") or not driver_answers(state):
         print(DRIVER_NOT_LOADED)
         return RC_DRIVER
-    if has_fault(state, "hang"):
-        time.sleep(float(fault_param(state, "hang", "seconds", 3600)))
+    hang_if_wedged(state, "nvidia-smi")
     driver = state["nvidia"]["driver"]
     if driver["installed"] != driver["loaded"]:
         print("Failed to initialize NVML: Driver/library version mismatch")
@@ -138,15 +137,15 @@ def _dispatch(command: str, opts: dict[str, Any], state: State, state_path: Path
         return _change(opts, state_path)
     gpus = _selected(state, opts.get("id"))
     if opts.keys() <= {"query", "xml", "id"} and opts.get("query") and opts.get("xml"):
-        from gpuaudit.sim.nvxml import render_xml
+        from gpuaudit.sim.nvxml import faulty_output, render_xml
 
-        text = render_xml(state, gpus)
+        sys.stdout.flush()
+        sys.stdout.buffer.write(faulty_output(state, render_xml(state, gpus)))
         if has_fault(state, "truncated_xml"):
-            cut = int(len(text) * float(fault_param(state, "truncated_xml", "fraction", 0.5)))
-            sys.stdout.write(text[:cut])
             return int(fault_param(state, "truncated_xml", "rc", 0))
-        sys.stdout.write(text)
-        return _report_lost(gpus)
+        # A GPU answering "Unknown Error" still gets its element, but the query failed.
+        failed = any(gpu.get("unknown_error") and not gpu.get("lost") for gpu in gpus)
+        return _report_lost(gpus) or (RC_UNKNOWN if failed else 0)
     if opts.keys() <= {"list", "id"} and opts.get("list"):
         _list_gpus(state, gpus)
         return _report_lost(gpus)

@@ -104,7 +104,8 @@ def _value(
                 text = text.rstrip("x")
             if field == "temperature.gpu":
                 text = text.replace(" C", "")
-            return "[N/A]" if text == "N/A" else text
+            # The CSV brackets the "no value" spellings: [N/A], [Unknown Error].
+            return f"[{text}]" if text in ("N/A", "Unknown Error") else text
     return "[N/A]"
 
 

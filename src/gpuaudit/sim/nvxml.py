@@ -12,11 +12,14 @@ capture's own.
 from __future__ import annotations
 
 import copy
+import itertools
+import re
 import time
 import xml.etree.ElementTree as ET
 
 from gpuaudit.sim import mig as mig_model
 from gpuaudit.sim.fixtures import read_fixture
+from gpuaudit.sim.state import fault_param, has_fault
 
 # Typing names for the checker only: importing typing costs each tool call milliseconds.
 TYPE_CHECKING = False
@@ -28,6 +31,30 @@ if TYPE_CHECKING:
 # Row remapping is reported by Ampere and later datacenter GPUs; captures made with MIG on
 # print "N/A" for it. This capture's block (same driver generation) is grafted where needed.
 _REMAP_TEMPLATE_FIXTURE = "telegraf-a10g-driver515.xml"
+# A GPU whose NVML queries fail with NVML_ERROR_UNKNOWN (the table prints ERR!): what the driver
+# caches (name, UUID, serial, bus id, minor number) still prints; every reading taken from the
+# device prints "Unknown Error", in each leaf of these elements.
+_UNKNOWN_ERROR_PATHS = (
+    "product_brand", "fan_speed", "performance_state", "fb_memory_usage", "bar1_memory_usage",
+    "utilization", "ecc_mode", "ecc_errors", "retired_pages", "remapped_rows", "temperature",
+    "gpu_power_readings", "power_readings", "clocks", "clocks_event_reasons",
+    "clocks_throttle_reasons", "pci/pci_gpu_link_info", "pci/replay_counter",
+)  # fmt: skip
+UNKNOWN_ERROR = "Unknown Error"
+_DOCTYPE = re.compile(r"<!DOCTYPE[^>]*>")
+# Ten entities each ten times the one before: expanding the last one would take 3 GB.
+_ENTITY_NAMES = ["lol"] + [f"lol{i}" for i in range(1, 10)]
+_ENTITY_BOMB = "\n".join(
+    [
+        "<!DOCTYPE nvidia_smi_log [",
+        ' <!ENTITY lol "lol">',
+        *(
+            f' <!ENTITY {name} "{f"&{smaller};" * 10}">'
+            for smaller, name in itertools.pairwise(_ENTITY_NAMES)
+        ),
+        "]>",
+    ]
+)
 
 
 def render_xml(state: State, selected: list[dict[str, Any]] | None = None) -> str:
@@ -101,6 +128,43 @@ def _apply_gpu_state(element: ET.Element, gpu: dict[str, Any]) -> None:
             _set(element, f"ecc_errors/{scope}/{path}", str(value))
     for path, value in overrides.get("xml_set", {}).items():
         _set(element, path, str(value))
+    if gpu.get("unknown_error"):
+        for path in _UNKNOWN_ERROR_PATHS:
+            for block in element.findall(path):
+                for leaf in block.iter():
+                    if len(leaf) == 0:
+                        leaf.text = UNKNOWN_ERROR
+
+
+def faulty_output(state: State, text: str) -> bytes:
+    """The bytes ``-q -x`` prints on a sick host, from the clean ``text``: entity declarations,
+    a byte that is not UTF-8 in a GPU's name, then the cut a killed or crashed nvidia-smi
+    leaves (in that order, as the faults stack)."""
+    if has_fault(state, "xml_entities"):
+        text = _DOCTYPE.sub("", text, count=1)
+        head, _, body = text.partition("?>")
+        text = f"{head}?>\n{_ENTITY_BOMB}{body}".replace(
+            "<product_name>", "<product_name>&lol9;", 1
+        )
+    data = text.encode("utf-8")
+    if has_fault(state, "non_utf8"):
+        data = _latin1_in_product_name(data, int(fault_param(state, "non_utf8", "gpu", 0)))
+    if has_fault(state, "truncated_xml"):
+        fraction = float(fault_param(state, "truncated_xml", "fraction", 0.5))
+        data = data[: int(len(data) * fraction)]
+    return data
+
+
+def _latin1_in_product_name(data: bytes, position: int) -> bytes:
+    """A Latin-1 "®" (one byte, 0xAE) after the name of the GPU at ``position`` in the output,
+    as a VBIOS string written in Latin-1 shows up."""
+    at = -1
+    for _ in range(position + 1):
+        at = data.find(b"<product_name>", at + 1)
+        if at < 0:
+            return data
+    end = data.find(b"</product_name>", at)
+    return data[:end] + b"\xae" + data[end:]
 
 
 def _apply_mig(element: ET.Element, mig: dict[str, Any]) -> None:

@@ -9,8 +9,9 @@ Shape (``build.build_state`` writes it from a profile; unknown profile keys are 
 
 - ``name`` / ``hostname`` / ``vendor`` (``nvidia`` | ``amd``) / ``kernel_release`` / ``os``
 - ``nvidia``: ``xml`` (packaged base fixture), ``driver`` {``loaded``, ``installed``, ``cuda``},
-  ``gpus`` (one dict per GPU: index, bus_id, uuid, serial, minor, persistence_mode, lost, mig,
-  overrides), ``topology`` {fixture, replace}, ``nvswitches``
+  ``gpus`` (one dict per GPU: index, bus_id, uuid, serial, minor, persistence_mode, lost,
+  unknown_error, mig, overrides), ``topology`` {fixture, replace}, ``nvswitches``, ``lspci``
+  {``drop``: GPU indices the bus listing lacks, ``add``: bus ids of GPUs only it shows}
 - ``amd``: ``rocm_json`` (packaged rocm-smi fixture), ``bus_ids``
 - ``kernel_log``: the kernel ring buffer, oldest line first
 - ``services``: unit → {active, enabled}; a unit absent here is not installed
@@ -48,12 +49,25 @@ FAULTS: dict[str, str] = {
     "driver_not_loaded": "the kernel module is not loaded: nvidia-smi exits 9 with the real "
     "message, /proc/driver/nvidia and /dev/nvidia* are absent",
     "unreachable": "the connector refuses to connect (the host is down or firewalled)",
+    "auth_refused": "the connector refuses the login with the error pyinfra's SSH connector "
+    "raises for a key the server does not accept (Authentication failed.)",
     "nvidia_smi_missing": "the driver is loaded but nvidia-smi is not installed",
-    "hang": "nvidia-smi sleeps (param seconds, default 3600) as with a wedged driver",
+    "hang": "a tool sleeps as on a wedged host (param tool: nvidia-smi, the default, as with a "
+    "hung driver; lspci, stuck reading a dead device's config space, which the collector does "
+    "not bound; param seconds, default 3600)",
     "xid_storm": "the kernel log is flooded with XID lines (a real 629-line XID 13 flood)",
+    "huge_kernel_log": "dmesg streams about 200 MiB (param mib) made up on the fly, the host's "
+    "own kernel-log lines (XIDs) sprinkled in every so many lines (param every, default 200), "
+    "and one runaway 1 MiB NVRM line",
     "truncated_xml": "nvidia-smi -q -x stops part way (param fraction, default 0.5; param rc)",
+    "xml_entities": "nvidia-smi -q -x carries a DOCTYPE internal subset declaring nested "
+    "entities (billion laughs) and uses the largest in GPU 0's product name",
+    "non_utf8": "bytes that are not UTF-8: a Latin-1 byte in one GPU's product name in "
+    "nvidia-smi -q -x (param gpu, default 0) and in the process name of XID lines in dmesg",
     "dmesg_restricted": "kernel.dmesg_restrict=1: dmesg is refused, journalctl -k still works",
 }
+# The tools the ``hang`` fault can stop.
+HANGING_TOOLS = ("nvidia-smi", "lspci")
 
 
 class SimStateError(RuntimeError):
@@ -135,6 +149,14 @@ def fault_param(state: State, name: str, key: str, default: Any) -> Any:
     return params.get(key, default)
 
 
+def hang_if_wedged(state: State, tool: str) -> None:
+    """Sleep as ``tool`` does on a wedged host, when the ``hang`` fault names it."""
+    if has_fault(state, "hang") and fault_param(state, "hang", "tool", "nvidia-smi") == tool:
+        import time
+
+        time.sleep(float(fault_param(state, "hang", "seconds", 3600)))
+
+
 def record_event(state: State, text: str) -> None:
     events: list[str] = state.setdefault("events", [])
     events.append(text)
@@ -195,6 +217,8 @@ def gpu_reset(gpu: dict[str, Any]) -> None:
     if mig is not None and mig["current"] != mig["pending"]:
         mig["current"] = mig["pending"]
         mig["gpu_instances"] = []
+    # A reset is NVIDIA's remedy for a GPU whose queries fail with "Unknown Error".
+    gpu["unknown_error"] = False
     overrides = gpu.setdefault("overrides", {})
     remap = overrides.get("remapped_rows")
     if remap and remap.get("pending"):

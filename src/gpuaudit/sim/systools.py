@@ -60,8 +60,11 @@ def run_dmesg(argv: list[str], state_path: Path) -> int:
     if has_fault(state, "dmesg_restricted"):
         print("dmesg: read kernel buffer failed: Operation not permitted", file=sys.stderr)
         return 1
-    for line in state.get("kernel_log", []):
-        print(line)
+    from gpuaudit.sim.klog import dmesg_chunks
+
+    out = sys.stdout.buffer
+    for chunk in dmesg_chunks(state):
+        out.write(chunk)
     return 0
 
 

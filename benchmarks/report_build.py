@@ -1,0 +1,103 @@
+"""How much the report costs on top of reading the snapshots, on a large synthetic fleet.
+
+Writes ``--hosts`` synthetic host snapshots (synthetic_fleet.py) into a temporary run directory,
+then measures, in the same process and one after the other:
+
+  (a) load   RunDir.load_snapshots(): read and parse every snapshot file;
+  (b) build  run.rebuild(): the whole ``gpuaudit report <run-dir>`` — load, evaluate the rules,
+             build the register, write register.json, index.html and the other outputs.
+
+and prints both (wall clock and CPU time), their ratio (build / load, on CPU time) and the sizes
+of what was written. The ratio is the number to watch: it does not depend on how fast the
+machine is, nor, being taken on CPU time, on what else runs on it. Run it with::
+
+    .venv/bin/python benchmarks/report_build.py                 # 10,000 hosts × 8 GPUs
+    .venv/bin/python benchmarks/report_build.py --hosts 2000 --repeat 3
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import TypeVar
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from synthetic_fleet import synthetic_fleet
+
+from gpuaudit.report.run import RunDir, rebuild
+
+T = TypeVar("T")
+
+
+def timed(fn: Callable[[], T]) -> tuple[float, float, T]:
+    """Wall-clock and CPU seconds of ``fn()``.
+
+    CPU time is what the ratio uses: on a shared machine other processes stretch wall-clock
+    time, not this process's CPU time (the work is single-threaded).
+    """
+    gc.collect()
+    wall, cpu = time.perf_counter(), time.process_time()
+    result = fn()
+    return time.perf_counter() - wall, time.process_time() - cpu, result
+
+
+def write_fleet(run: RunDir, hosts: int, gpus: int) -> int:
+    """Write the snapshots plainly (no fsync per file: setting up is not what is measured)."""
+    run.hosts_dir.mkdir(parents=True, exist_ok=True)
+    total = 0
+    for snapshot in synthetic_fleet(hosts, gpus):
+        text = snapshot.to_json() + "\n"
+        run.snapshot_path(snapshot.host).write_text(text, encoding="utf-8")
+        total += len(text.encode("utf-8"))
+    return total
+
+
+def mib(size: int) -> str:
+    return f"{size / 2**20:.1f} MiB"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--hosts", type=int, default=10_000)
+    parser.add_argument("--gpus", type=int, default=8, help="GPUs per host")
+    parser.add_argument("--repeat", type=int, default=1, help="measure each this many times")
+    args = parser.parse_args(argv)
+
+    with tempfile.TemporaryDirectory(prefix="gpuaudit-bench-") as tmp:
+        run = RunDir(Path(tmp) / "run")
+        setup, _, snapshot_bytes = timed(lambda: write_fleet(run, args.hosts, args.gpus))
+        print(f"fleet      {args.hosts} hosts × {args.gpus} GPUs, snapshots {mib(snapshot_bytes)}")
+        print(f"           written in {setup:.1f} s (setup, not measured)")
+        load: list[tuple[float, float]] = []
+        build: list[tuple[float, float]] = []
+        for _ in range(args.repeat):
+            wall, cpu, snapshots = timed(run.load_snapshots)
+            assert len(snapshots) == args.hosts
+            del snapshots
+            load.append((wall, cpu))
+            wall, cpu, _ = timed(lambda: rebuild(run))
+            build.append((wall, cpu))
+        load_wall, load_cpu = (statistics.median(t) for t in zip(*load, strict=True))
+        build_wall, build_cpu = (statistics.median(t) for t in zip(*build, strict=True))
+        print("                 wall      CPU")
+        print(f"(a) load   {load_wall:8.2f} s {load_cpu:8.2f} s   RunDir.load_snapshots()")
+        print(
+            f"(b) build  {build_wall:8.2f} s {build_cpu:8.2f} s   "
+            "rebuild(): load + rules + register + all outputs + HTML"
+        )
+        print(f"ratio      {build_cpu / load_cpu:8.1f} ×  build / load (CPU time)")
+        for path in sorted(run.path.iterdir()):
+            if path.is_file():
+                print(f"output     {path.name:<16} {mib(path.stat().st_size):>10}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

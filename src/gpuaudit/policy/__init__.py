@@ -1,0 +1,70 @@
+"""Site policy: what a site expects of its GPU hosts, per inventory group, as a versioned YAML file.
+
+Format (every key is optional except ``version``; unknown keys and wrong types are refused with
+the file, line and column)::
+
+    version: 1                          # required; the only version this gpuaudit reads
+    defaults:                           # settings for every host
+      desired_driver_branch: "550"      # or desired_driver_version: "550.127.05" (quoted)
+      required_cuda_versions: ["12.4"]  # quoted: 12.10 unquoted would read as 12.1
+      expected_gpu_count: 8
+      gpu_vendor: nvidia                # nvidia | amd
+      sysctl_baseline: {net.core.rmem_max: 134217728}   # merged key by key with the built-in
+      thresholds: {retired_pages_limit: 63, remapped_rows_uncorrectable_limit: 512}
+      mig_config_name: all-1g.10gb      # a name in mig-configs
+      disabled_rules: [GA602]           # prefer a waiver: it has an owner and an end date
+      # ... and every other key the rules read (see rules/policy_defaults.py)
+    groups:                             # per inventory group, applied in file order
+      h100_sxm: {desired_driver_version: "550.127.05"}
+    mig-configs: {...}                  # NVIDIA mig-parted's format, see migparted.py
+    mig_parted_file: mig/config.yaml    # or a mig-parted file, relative to this file
+    severity_overrides:
+      rules: {GA602: {severity: medium, reason: "shared lab hosts"}}
+      xid: {63: {severity: high, reason: "we RMA on first remap"}}
+    waivers:
+      - {rule: GA401, hosts: "gpu-l40s-*", reason: "...", expires: 2027-03-31, owner: ml-infra}
+        # hosts: a pattern or a list (fnmatch, case-insensitive); optional gpu: 3 or [0, 1]
+
+Settings are the keys the rules read (``rules.policy_defaults.DEFAULT_POLICY``, with their
+built-in defaults); keys with a numeric default are thresholds and go under ``thresholds:``.
+Precedence (later wins): built-in defaults, ``defaults:``, the matching ``groups:`` in file
+order, then the host's inventory data; see model.py for why the inventory wins.
+
+Severity overrides change a finding's severity after the rules ran and keep the reason in the
+finding (``override_reason`` and its message); an XID code's override beats its rule's.
+A waiver accepts one rule's risk on some hosts until ``expires`` (inclusive); an expired
+waiver hides nothing and the register shows the risk as open with the date it lapsed.
+
+Public API: :func:`load_policy`, :meth:`Policy.from_text`, :meth:`Policy.settings_for`,
+:meth:`Policy.override_for`, :meth:`Policy.waiver_for`, :meth:`Policy.waiver_status`,
+:meth:`Policy.copy_to`, :class:`Waiver`, :class:`SeverityOverride`, :class:`PolicyError`.
+"""
+
+from __future__ import annotations
+
+from gpuaudit.policy.loader import load_policy
+from gpuaudit.policy.model import (
+    MIG_PARTED_COPY,
+    POLICY_FILE,
+    POLICY_FILE_VERSION,
+    XID_RULE,
+    Policy,
+    SeverityOverride,
+    Waiver,
+    WaiverStatus,
+)
+from gpuaudit.policy.nodes import PolicyError, Problem
+
+__all__ = [
+    "MIG_PARTED_COPY",
+    "POLICY_FILE",
+    "POLICY_FILE_VERSION",
+    "XID_RULE",
+    "Policy",
+    "PolicyError",
+    "Problem",
+    "SeverityOverride",
+    "Waiver",
+    "WaiverStatus",
+    "load_policy",
+]

@@ -1,0 +1,196 @@
+"""The settings a policy's ``defaults:`` and ``groups:`` may set, and how each is checked.
+
+The settings are exactly the keys the rules read (``rules.policy_defaults.DEFAULT_POLICY``),
+read at load time, so a rule that adds a key makes it settable without touching this module.
+Keys with a numeric default are *thresholds* and live under ``thresholds:``; the others are set
+directly. Keys listed in ``_TYPES`` get a precise check; any other key is checked against the
+type of its default value.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Collection, Mapping
+from typing import Any
+
+from yaml.nodes import Node, ScalarNode
+
+from gpuaudit.policy.nodes import Invalid, Reader
+from gpuaudit.rules.base import REGISTRY
+from gpuaudit.rules.policy_defaults import DEFAULT_POLICY
+
+__all__ = ["check_rule_code", "read_settings", "setting_names", "threshold_names"]
+
+Check = Callable[[Reader, Node, str], Any]
+
+# Keys of DEFAULT_POLICY a policy file sets elsewhere, with where to set them instead.
+ELSEWHERE = {
+    "policy_version": "the file's top-level version: is the policy version",
+    "severity_overrides": "use the top-level severity_overrides: rules: {GA123: {...}}",
+    "xid_overrides": "use the top-level severity_overrides: xid: {63: {...}}",
+    "mig_configs": "use the top-level mig-configs: (or mig_parted_file:)",
+}
+
+
+def check_rule_code(reader: Reader, node: Node, what: str) -> str:
+    """A rule code that exists now; an unknown one is listed against the known codes."""
+    code = reader.string(node, what).strip().upper()
+    if code not in REGISTRY:
+        known = ", ".join(sorted(REGISTRY))
+        raise reader.fail(node, f"{what}: unknown rule {code!r}; known rules: {known}")
+    return code
+
+
+def _strings(reader: Reader, node: Node, what: str) -> list[str]:
+    return [reader.string(n, f"{what}[{i}]") for i, n in enumerate(reader.sequence(node, what))]
+
+
+def _versions(reader: Reader, node: Node, what: str) -> list[str]:
+    return [reader.version(n, f"{what}[{i}]") for i, n in enumerate(reader.sequence(node, what))]
+
+
+def _branch(reader: Reader, node: Node, what: str) -> str:
+    branch = reader.version(node, what)
+    if not branch.isdigit():
+        raise reader.fail(node, f'{what} must be a driver branch such as "550", not {branch!r}')
+    return branch
+
+
+def _regexes(reader: Reader, node: Node, what: str) -> list[str]:
+    patterns = []
+    for i, item in enumerate(reader.sequence(node, what)):
+        pattern = reader.string(item, f"{what}[{i}]")
+        try:
+            re.compile(pattern)
+        except re.error as error:
+            raise reader.fail(item, f"{what}[{i}] is not a regular expression: {error}") from None
+        patterns.append(pattern)
+    return patterns
+
+
+def _rule_codes(reader: Reader, node: Node, what: str) -> list[str]:
+    items = reader.sequence(node, what)
+    return [check_rule_code(reader, n, f"{what}[{i}]") for i, n in enumerate(items)]
+
+
+def _sysctls(reader: Reader, node: Node, what: str) -> dict[str, int]:
+    # The sysctl rule compares numbers: a minimum that is not one could never be met.
+    return {
+        key: reader.integer(value, f"{what}.{key}") for key, _, value in reader.items(node, what)
+    }
+
+
+_TYPES: dict[str, Check] = {
+    "desired_driver_version": Reader.version,
+    "desired_driver_branch": _branch,
+    "required_cuda_versions": _versions,
+    "expected_gpu_count": Reader.integer,
+    "gpu_vendor": lambda r, n, w: r.choice(n, w, ("nvidia", "amd")),
+    "mig_config_name": Reader.string,
+    "sysctl_baseline": _sysctls,
+    "driver_package_patterns": _regexes,
+    "disabled_rules": _rule_codes,
+}
+
+
+def _by_default(default: Any) -> Check:
+    """The check for a key that only has a default value to go by."""
+    if isinstance(default, bool):
+        return Reader.boolean
+    if isinstance(default, int):
+        return Reader.integer
+    if isinstance(default, float):
+        return Reader.number
+    if isinstance(default, str):
+        return Reader.string
+    if isinstance(default, (list, tuple)):
+        return _strings
+    if isinstance(default, Mapping):
+        return lambda r, n, w: {k: r.scalar(v, f"{w}.{k}") for k, _, v in r.items(n, w)}
+    return Reader.scalar  # None: no type to go by, any single value
+
+
+def threshold_names() -> list[str]:
+    return sorted(
+        key
+        for key, value in DEFAULT_POLICY.items()
+        if isinstance(value, (int, float))
+        and not isinstance(value, bool)
+        and key not in _TYPES
+        and key not in ELSEWHERE
+    )
+
+
+def setting_names() -> list[str]:
+    thresholds = set(threshold_names())
+    return sorted(k for k in DEFAULT_POLICY if k not in thresholds and k not in ELSEWHERE)
+
+
+def _check_for(key: str) -> Check:
+    return _TYPES.get(key) or _by_default(DEFAULT_POLICY.get(key))
+
+
+def read_settings(
+    reader: Reader, node: Node, what: str, mig_configs: Collection[str] = ()
+) -> dict[str, Any]:
+    """One layer of settings (``defaults:`` or a group), thresholds flattened into it.
+
+    ``mig_configs``: the policy's MIG configuration names; when it has any, a
+    ``mig_config_name`` must be one of them.
+    """
+    settings: dict[str, Any] = {}
+    entries = reader.mapping(node, what)
+    names, thresholds = setting_names(), threshold_names()
+    hints = dict(ELSEWHERE)
+    hints.update({t: f"{t} is a threshold: set it under thresholds:" for t in thresholds})
+    reader.check_keys(node, entries, what, [*names, "thresholds"], hints=hints)
+    for key, (_, value) in entries.items():
+        try:
+            if key == "thresholds":
+                settings.update(_read_thresholds(reader, value, f"{what}.thresholds", names))
+            elif key in names and _is_null(value) and DEFAULT_POLICY.get(key) is None:
+                # null restores "no opinion" (e.g. no driver pin for an AMD group)
+                settings[key] = None
+            elif key in names:
+                settings[key] = _check_for(key)(reader, value, f"{what}.{key}")
+        except Invalid:
+            continue
+    name = settings.get("mig_config_name")
+    if mig_configs and name is not None and name not in mig_configs:
+        reader.note(
+            entries["mig_config_name"][1],
+            f"{what}.mig_config_name {name!r} is not "
+            f"in the policy's mig-configs ({', '.join(mig_configs)})",
+        )
+    pinned = [k for k in ("desired_driver_version", "desired_driver_branch") if k in entries]
+    if len(pinned) == 2:
+        reader.note(
+            entries[pinned[1]][0],
+            f"{what} sets both {pinned[0]} and {pinned[1]}: give the exact version or the branch",
+        )
+    return settings
+
+
+def _is_null(node: Node) -> bool:
+    return isinstance(node, ScalarNode) and node.tag == "tag:yaml.org,2002:null"
+
+
+def _read_thresholds(
+    reader: Reader, node: Node, what: str, settings: list[str]
+) -> dict[str, int | float]:
+    entries = reader.mapping(node, what)
+    names = threshold_names()
+    hints = {s: f"{s} is not a threshold: set it beside thresholds:, not in it" for s in settings}
+    reader.check_keys(node, entries, what, names, hints=hints)
+    values: dict[str, int | float] = {}
+    for key, (_, value) in entries.items():
+        if key not in names:
+            continue
+        try:
+            if isinstance(DEFAULT_POLICY[key], int):
+                values[key] = reader.integer(value, f"{what}.{key}")
+            else:
+                values[key] = reader.number(value, f"{what}.{key}")
+        except Invalid:
+            continue
+    return values

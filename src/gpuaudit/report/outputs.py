@@ -1,0 +1,292 @@
+"""Views of the register for other tools, written next to register.json by run.write_report.
+
+- ``register.csv``   one row per finding, for spreadsheets and ticket imports;
+- ``summary.md``     a short Markdown digest for a ticket or a chat channel;
+- ``junit.xml``      one testsuite per host, one testcase per rule evaluated for it (junit.py);
+- ``gpuaudit.prom``  a Prometheus textfile (node_exporter's textfile collector).
+
+Host names, messages and evidence come from the hosts and are untrusted; each format escapes
+them its own way: CSV quoting plus neutralised formulas (a cell that a spreadsheet would run as a
+formula gets a leading apostrophe), Markdown backslash escapes with line breaks flattened,
+Prometheus label escapes (backslash, double quote, newline), XML escaping in junit.py.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+from collections.abc import Iterable, Mapping
+from datetime import datetime
+from typing import Any
+
+from gpuaudit.report.junit import render_junit, rule_catalogue
+from gpuaudit.report.register import SEVERITY_ORDER
+
+CSV_FILE = "register.csv"
+MARKDOWN_FILE = "summary.md"
+JUNIT_FILE = "junit.xml"
+PROMETHEUS_FILE = "gpuaudit.prom"
+
+CSV_COLUMNS = (
+    "severity",
+    "status",
+    "rule",
+    "title",
+    "category",
+    "owner",
+    "host",
+    "gpu",
+    "message",
+    "actual",
+    "expected",
+    "remediation",
+    "operation",
+)
+# Leading characters that make Excel, LibreOffice or Sheets treat a cell as a formula
+# (OWASP "CSV injection"); tab and carriage return are on the list because some strip them first.
+_FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
+# Markdown characters that could start emphasis, code, links, HTML or a table cell.
+_MARKDOWN_SPECIAL = "\\`*_[]<>|~&#!"
+TOP_RISKS = 10
+_LIST_LIMIT = 10
+
+
+def render_outputs(
+    register: Mapping[str, Any], *, fail_on: str | None = None, policy: object | None = None
+) -> dict[str, str]:
+    """Every view, by file name."""
+    return {
+        CSV_FILE: render_csv(register),
+        MARKDOWN_FILE: render_markdown(register),
+        JUNIT_FILE: render_junit(register, fail_on=fail_on, catalogue=rule_catalogue(policy)),
+        PROMETHEUS_FILE: render_prometheus(register),
+    }
+
+
+# --- CSV -----------------------------------------------------------------------------------------
+
+
+def csv_cell(value: Any) -> str:
+    """A cell's text: JSON for structured evidence, and never a live formula."""
+    if value is None:
+        return ""
+    text = (
+        value if isinstance(value, str) else json.dumps(value, sort_keys=True, ensure_ascii=False)
+    )
+    return "'" + text if text.startswith(_FORMULA_START) else text
+
+
+def render_csv(register: Mapping[str, Any]) -> str:
+    out = io.StringIO()
+    writer = csv.writer(out, quoting=csv.QUOTE_MINIMAL, lineterminator="\r\n")
+    writer.writerow(CSV_COLUMNS)
+    for finding in register.get("findings", []):
+        evidence = finding.get("evidence") or {}
+        row = {**finding, "actual": evidence.get("actual"), "expected": evidence.get("expected")}
+        row.setdefault("status", "open")
+        writer.writerow([csv_cell(row.get(column)) for column in CSV_COLUMNS])
+    return out.getvalue()
+
+
+# --- Markdown ------------------------------------------------------------------------------------
+
+
+def md(value: Any) -> str:
+    """Inline Markdown text that renders as the literal value, on one line."""
+    text = " ".join(str("" if value is None else value).split())
+    return "".join("\\" + c if c in _MARKDOWN_SPECIAL else c for c in text)
+
+
+def _some(names: Iterable[Any], limit: int = 3) -> str:
+    items = list(names)
+    shown = ", ".join(md(n) for n in items[:limit])
+    return shown + (f" and {len(items) - limit} more" if len(items) > limit else "")
+
+
+def render_markdown(register: Mapping[str, Any]) -> str:
+    summary = register.get("summary", {})
+    risks = register.get("risks", [])
+    by_status = summary.get("risks_by_status", {})
+    lines = [
+        f"# gpuaudit risk register {md(register.get('run_id') or '')}".rstrip(),
+        "",
+        f"Generated {md(register.get('generated_at'))}: {summary.get('host_count', 0)} hosts, "
+        f"{summary.get('gpu_count', 0)} GPUs, {summary.get('finding_count', 0)} findings in "
+        f"{len(risks)} risks ({by_status.get('open', 0)} open, "
+        f"{by_status.get('waived', 0)} waived).",
+        "",
+        "| severity | findings | open risks |",
+        "| --- | ---: | ---: |",
+    ]
+    open_by_severity = summary.get("open_risks_by_severity", {})
+    for severity in SEVERITY_ORDER:
+        count = summary.get("findings_by_severity", {}).get(severity.value, 0)
+        lines.append(f"| {severity.value} | {count} | {open_by_severity.get(severity.value, 0)} |")
+    lines += ["", "## Hosts not ok", ""]
+    status = {h["name"]: h for h in register.get("hosts", [])}
+    not_ok = summary.get("hosts_not_ok", [])
+    for name in not_ok:
+        host = status.get(name, {})
+        detail = host.get("status_detail") or ""
+        lines.append(
+            f"- {md(name)}: {md(host.get('status'))}" + (f" ({md(detail)})" if detail else "")
+        )
+    if not not_ok:
+        lines.append("Every host was audited and is ok.")
+    lines += _top_risks(risks)
+    lines += _checklists(register.get("checklists") or {})
+    lines += _trends(register.get("trends"))
+    return "\n".join(lines) + "\n"
+
+
+def _top_risks(risks: list[dict[str, Any]]) -> list[str]:
+    open_risks = [r for r in risks if r.get("status") == "open"]
+    lines = ["", "## Top risks", ""]
+    if not open_risks:
+        return [*lines, "No open risks."]
+    lines += [
+        "| severity | risk | title | owner | score | hosts | findings |",
+        "| --- | --- | --- | --- | ---: | --- | ---: |",
+    ]
+    for risk in open_risks[:TOP_RISKS]:
+        hosts = risk.get("affected_hosts", [])
+        lines.append(
+            f"| {md(risk['severity'])} | {md(risk['id'])} | {md(risk['title'])} "
+            f"| {md(risk['owner'])} | {risk['score']} | {len(hosts)}: {_some(hosts)} "
+            f"| {risk['finding_count']} |"
+        )
+    if len(open_risks) > TOP_RISKS:
+        lines += ["", f"…and {len(open_risks) - TOP_RISKS} more open risks in register.json."]
+    return lines
+
+
+def _checklists(checklists: Mapping[str, Any]) -> list[str]:
+    if not checklists:
+        return []
+    lines = ["", "## Readiness checklists", "", "| checklist | fleet score | items checked |"]
+    lines.append("| --- | ---: | ---: |")
+    for checklist in checklists.values():
+        fleet = checklist["fleet"]
+        score = "n/a" if fleet["score_pct"] is None else f"{fleet['score_pct']}%"
+        checked = sum(1 for item in checklist["items"] if item["checked"])
+        lines.append(
+            f"| {md(checklist['title'])} | {score} | {checked} of {len(checklist['items'])} |"
+        )
+    return lines
+
+
+def _trends(trends: Mapping[str, Any] | None) -> list[str]:
+    lines = ["", "## Since the previous audit", ""]
+    if not trends:
+        return [*lines, "No previous run to compare with."]
+    lines[1] += f" ({md(trends['previous_run_id'])})"
+    resolved = [r["id"] for r in trends["resolved"]]
+    lines += [
+        f"- New risks: {len(trends['new'])}"
+        + (f" ({_some(trends['new'], _LIST_LIMIT)})" if trends["new"] else ""),
+        f"- Resolved: {len(resolved)}" + (f" ({_some(resolved, _LIST_LIMIT)})" if resolved else ""),
+        f"- Persisting: {len(trends['persisting'])}",
+    ]
+    unverified = [r["id"] for r in trends.get("unverified", [])]
+    if unverified:
+        lines.append(
+            f"- Not re-checked (host not audited this time): {_some(unverified, _LIST_LIMIT)}"
+        )
+    for key, label in (("hosts_added", "Hosts added"), ("hosts_removed", "Hosts removed")):
+        if trends[key]:
+            lines.append(f"- {label}: {_some(trends[key], _LIST_LIMIT)}")
+    for change in trends["driver_changes"][:_LIST_LIMIT]:
+        lines.append(f"- Driver on {md(change['host'])}: {md(change['from'])} → {md(change['to'])}")
+    growth = trends["growth"]
+    if growth:
+        lines.append(f"- Error counters grew on {len(growth)} GPU counters:")
+        lines += [
+            f"  - {md(g['host'])} GPU {md(g['gpu'])} ({md(g['pci_bus_id'])}): "
+            f"{md(g['metric'])} {g['before']} → {g['after']}"
+            for g in growth[:_LIST_LIMIT]
+        ]
+    return lines
+
+
+# --- Prometheus textfile -------------------------------------------------------------------------
+
+
+def prom_label(value: Any) -> str:
+    """A label value escaped as the text exposition format requires."""
+    text = "" if value is None else str(value)
+    return text.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+
+
+def _series(name: str, labels: Mapping[str, Any], value: int | float) -> str:
+    body = ",".join(f'{key}="{prom_label(v)}"' for key, v in labels.items())
+    return f"{name}{{{body}}} {value}" if body else f"{name} {value}"
+
+
+def _family(name: str, help_text: str, samples: Iterable[str]) -> list[str]:
+    return [f"# HELP {name} {help_text}", f"# TYPE {name} gauge", *samples]
+
+
+def render_prometheus(register: Mapping[str, Any]) -> str:
+    findings = register.get("findings", [])
+    # Two findings may share every label (one rule, two subjects on one GPU): a textfile must
+    # not repeat a series, so they are counted in one sample.
+    risk_series: dict[tuple[tuple[str, str], ...], int] = {}
+    for f in findings:
+        labels = {
+            "host": f["host"],
+            "rule": f["rule"],
+            "risk": f.get("risk", f["rule"]),
+            "gpu": "" if f.get("gpu") is None else f["gpu"],
+            "severity": f["severity"],
+            "status": f.get("status", "open"),
+        }
+        key = tuple((k, str(v)) for k, v in labels.items())
+        risk_series[key] = risk_series.get(key, 0) + 1
+    hosts = {h["name"]: h["status"] for h in register.get("hosts", [])}
+    all_hosts = sorted(set(hosts) | {f["host"] for f in findings})
+    open_counts: dict[tuple[str, str], int] = {}
+    for f in findings:
+        if f.get("status", "open") == "open":
+            open_counts[(f["host"], f["severity"])] = (
+                open_counts.get((f["host"], f["severity"]), 0) + 1
+            )
+    lines = _family(
+        "gpuaudit_risk",
+        "Findings of the last gpuaudit run, one series per host, rule and GPU (value: count).",
+        (_series("gpuaudit_risk", dict(key), n) for key, n in risk_series.items()),
+    )
+    lines += _family(
+        "gpuaudit_findings",
+        "Open (not waived) findings of the last gpuaudit run per host and severity.",
+        (
+            _series(
+                "gpuaudit_findings",
+                {"host": h, "severity": s.value},
+                open_counts.get((h, s.value), 0),
+            )
+            for h in all_hosts
+            for s in SEVERITY_ORDER
+        ),
+    )
+    lines += _family(
+        "gpuaudit_host_status",
+        "Audit status of each host in the last gpuaudit run (1 for the host's status).",
+        (
+            _series("gpuaudit_host_status", {"host": h, "status": hosts[h]}, 1)
+            for h in sorted(hosts)
+        ),
+    )
+    lines += _family(
+        "gpuaudit_last_run_timestamp_seconds",
+        "When the last gpuaudit register was generated, in seconds since the Unix epoch.",
+        [_series("gpuaudit_last_run_timestamp_seconds", {}, _epoch(register.get("generated_at")))],
+    )
+    return "\n".join(lines) + "\n"
+
+
+def _epoch(timestamp: Any) -> int:
+    try:
+        return int(datetime.fromisoformat(str(timestamp).replace("Z", "+00:00")).timestamp())
+    except ValueError:
+        return 0

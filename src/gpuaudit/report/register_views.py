@@ -1,0 +1,301 @@
+"""What the HTML page shows of the register's risks, waivers, trends and checklists.
+
+The register grows keys over time (``risks``, ``checklists``, ``trends``; ``status``,
+``waiver`` and ``override_reason`` on findings). The page renders each one when it is present
+and leaves its panel out when it is not, so a register written by an older gpuaudit still
+renders. Every value read here goes through ``.get`` with a default for the same reason.
+
+Like views.py, this module returns plain data and leaves escaping to the template and to the
+page script (which only ever sets ``textContent``).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from gpuaudit.report.register import SEVERITY_ORDER
+
+RISK_STATUSES = ("open", "waived", "resolved")
+# Long lists in the summary panels are cut here: the page stays light on a large fleet and
+# register.json holds every entry.
+PANEL_LIST_LIMIT = 200
+_SEVERITY_RANK = {s.value: s.rank for s in SEVERITY_ORDER}
+
+
+def is_web_link(ref: Any) -> bool:
+    """Only plain http(s) references become links; anything else (javascript:, data:) is text."""
+    return isinstance(ref, str) and ref.lower().startswith(("https://", "http://"))
+
+
+def severity_rank(severity: Any) -> int:
+    return _SEVERITY_RANK.get(severity, -1) if isinstance(severity, str) else -1
+
+
+def risks_from_findings(findings: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """One open risk per rule, for registers written before risks were grouped upstream.
+
+    Findings arrive most severe first, so a group's first finding sets its severity and score.
+    """
+    risks: dict[str, dict[str, Any]] = {}
+    for number, finding in enumerate(findings):
+        rule = str(finding.get("rule", ""))
+        risk = risks.get(rule)
+        if risk is None:
+            risk = risks[rule] = {
+                key: finding.get(key)
+                for key in (
+                    "rule",
+                    "title",
+                    "category",
+                    "owner",
+                    "severity",
+                    "likelihood",
+                    "impact",
+                    "score",
+                    "remediation",
+                    "operation",
+                    "references",
+                )
+            }
+            risk.update(
+                id=rule,
+                status="open",
+                waiver=None,
+                waiver_expired=False,
+                affected_hosts=[],
+                affected_gpus=[],
+                findings=[],
+            )
+        risk["findings"].append(number)
+        host = finding.get("host")
+        if host not in risk["affected_hosts"]:
+            risk["affected_hosts"].append(host)
+        if finding.get("gpu") is not None:
+            risk["affected_gpus"].append(
+                {"host": host, "gpu": finding.get("gpu"), "gpu_name": finding.get("gpu_name")}
+            )
+    for risk in risks.values():
+        risk["affected_hosts"].sort(key=str)
+        risk["finding_count"] = len(risk["findings"])
+    return list(risks.values())
+
+
+def _as_list(value: Any) -> list[Any]:
+    return list(value) if isinstance(value, (list, tuple)) else []
+
+
+def _waiver_view(risk: Mapping[str, Any]) -> dict[str, Any] | None:
+    waiver = risk.get("waiver")
+    if not isinstance(waiver, Mapping):
+        return None
+    hosts = waiver.get("hosts")
+    return {
+        "reason": str(waiver.get("reason") or ""),
+        "expires": str(waiver.get("expires") or ""),
+        "owner": str(waiver.get("owner") or ""),
+        # A host list, or one host pattern as written in the site policy.
+        "hosts": [str(h) for h in _as_list(hosts)] if not isinstance(hosts, str) else [hosts],
+        "expired": bool(risk.get("waiver_expired")),
+    }
+
+
+def risk_views(register: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The register's risks, normalised for the page (grouped here when the register is not)."""
+    findings = _as_list(register.get("findings"))
+    raw = register.get("risks")
+    risks = _as_list(raw) if raw is not None else risks_from_findings(findings)
+    views = []
+    for number, risk in enumerate(r for r in risks if isinstance(r, Mapping)):
+        status = risk.get("status")
+        hosts = [str(h) for h in _as_list(risk.get("affected_hosts"))]
+        finding_ids = [
+            i
+            for i in _as_list(risk.get("findings"))
+            if isinstance(i, int) and 0 <= i < len(findings)
+        ]
+        views.append(
+            {
+                "index": number,
+                "id": str(risk.get("id") or risk.get("rule") or ""),
+                "rule": str(risk.get("rule") or ""),
+                "title": str(risk.get("title") or ""),
+                "category": str(risk.get("category") or ""),
+                "owner": str(risk.get("owner") or ""),
+                "severity": str(risk.get("severity") or ""),
+                "severity_rank": severity_rank(risk.get("severity")),
+                "likelihood": risk.get("likelihood"),
+                "impact": risk.get("impact"),
+                "score": risk.get("score") if isinstance(risk.get("score"), int) else 0,
+                "status": status if status in RISK_STATUSES else "open",
+                "waiver": _waiver_view(risk),
+                "affected_hosts": hosts,
+                "gpu_count": len(_as_list(risk.get("affected_gpus"))),
+                "finding_count": risk.get("finding_count", len(finding_ids)),
+                "remediation": str(risk.get("remediation") or ""),
+                "operation": str(risk.get("operation") or ""),
+                # [text, is a link] pairs: the page script links only what is marked here.
+                "references": [[str(r), is_web_link(r)] for r in _as_list(risk.get("references"))],
+                "findings": finding_ids,
+            }
+        )
+    return views
+
+
+def filter_options(risks: Sequence[Mapping[str, Any]]) -> dict[str, list[str]]:
+    """The choices each filter offers: only values that occur, in a stable order."""
+    statuses = {r["status"] for r in risks}
+    return {
+        "severity": [s.value for s in SEVERITY_ORDER],
+        "category": sorted({r["category"] for r in risks if r["category"]}),
+        "owner": sorted({r["owner"] for r in risks if r["owner"]}),
+        "rule": sorted({r["rule"] for r in risks if r["rule"]}),
+        "status": [s for s in RISK_STATUSES if s in statuses],
+        "host": sorted({h for r in risks for h in r["affected_hosts"]}),
+    }
+
+
+def status_counts(risks: Sequence[Mapping[str, Any]]) -> dict[str, int]:
+    counts = Counter(r["status"] for r in risks)
+    return {s: counts.get(s, 0) for s in RISK_STATUSES}
+
+
+def _capped(items: Sequence[Any]) -> dict[str, Any]:
+    shown = list(items[:PANEL_LIST_LIMIT])
+    return {"items": shown, "omitted": max(0, len(items) - len(shown))}
+
+
+def trends_view(
+    register: Mapping[str, Any], risks: Sequence[Mapping[str, Any]]
+) -> dict[str, Any] | None:
+    """The comparison with the previous run; None when the register has no trends key.
+
+    ``{"first_run": True}`` when the key is there but empty (no earlier run to compare with).
+    """
+    if "trends" not in register:
+        return None
+    trends = register.get("trends")
+    if not isinstance(trends, Mapping):
+        return {"first_run": True}
+    by_id = {r["id"]: r for r in risks}
+
+    def described(ids: Any) -> list[dict[str, Any]]:
+        out = []
+        for risk_id in _as_list(ids):
+            risk = by_id.get(str(risk_id), {})
+            out.append(
+                {
+                    "id": str(risk_id),
+                    "title": risk.get("title", ""),
+                    "severity": risk.get("severity", ""),
+                    "hosts": len(risk.get("affected_hosts", ())),
+                    "index": risk.get("index"),
+                }
+            )
+        return out
+
+    resolved = [
+        {
+            "id": str(r.get("id", "")),
+            "title": str(r.get("title", "")),
+            "severity": str(r.get("severity", "")),
+            "hosts": len(_as_list(r.get("affected_hosts"))),
+            "index": None,
+        }
+        for r in _as_list(trends.get("resolved"))
+        if isinstance(r, Mapping)
+    ]
+    growth = [g for g in _as_list(trends.get("growth")) if isinstance(g, Mapping)]
+    drivers = [d for d in _as_list(trends.get("driver_changes")) if isinstance(d, Mapping)]
+    added = [str(h) for h in _as_list(trends.get("hosts_added"))]
+    removed = [str(h) for h in _as_list(trends.get("hosts_removed"))]
+    return {
+        "first_run": False,
+        "previous_run_id": str(trends.get("previous_run_id") or ""),
+        "previous_generated_at": str(trends.get("previous_generated_at") or ""),
+        "new": _capped(described(trends.get("new"))),
+        "resolved": _capped(resolved),
+        "persisting": _capped(described(trends.get("persisting"))),
+        "growth": _capped(growth),
+        "driver_changes": _capped(drivers),
+        "hosts_added": _capped(added),
+        "hosts_removed": _capped(removed),
+    }
+
+
+def _score(entry: Any) -> dict[str, Any]:
+    entry = entry if isinstance(entry, Mapping) else {}
+    pct = entry.get("score_pct")
+    return {
+        "passed": entry.get("passed", 0),
+        "checked": entry.get("checked", 0),
+        "score_pct": pct if isinstance(pct, (int, float)) else None,
+    }
+
+
+def checklist_views(register: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """Each checklist with its fleet score and, per item, how many hosts fail it."""
+    checklists = register.get("checklists")
+    if not isinstance(checklists, Mapping):
+        return []
+    views = []
+    for key, checklist in checklists.items():
+        if not isinstance(checklist, Mapping):
+            continue
+        hosts = checklist.get("hosts")
+        if not isinstance(hosts, Mapping):
+            hosts = {}
+        failing: Counter[str] = Counter()
+        for entry in hosts.values():
+            if isinstance(entry, Mapping):
+                failing.update(str(i) for i in _as_list(entry.get("failed_items")))
+        items = [
+            {
+                "id": str(item.get("id", "")),
+                "text": str(item.get("text", "")),
+                "rules": [str(r) for r in _as_list(item.get("rules"))],
+                "checked": bool(item.get("checked")),
+                "failing_hosts": failing.get(str(item.get("id", "")), 0),
+            }
+            for item in _as_list(checklist.get("items"))
+            if isinstance(item, Mapping)
+        ]
+        views.append(
+            {
+                "key": str(key),
+                "title": str(checklist.get("title") or key),
+                "fleet": _score(checklist.get("fleet")),
+                "items": items,
+                "host_count": len(hosts),
+            }
+        )
+    return views
+
+
+def host_checklists(register: Mapping[str, Any]) -> dict[str, list[dict[str, Any]]]:
+    """Per host: its score on each checklist, with the texts of the items it fails."""
+    checklists = register.get("checklists")
+    by_host: dict[str, list[dict[str, Any]]] = {}
+    if not isinstance(checklists, Mapping):
+        return by_host
+    for key, checklist in checklists.items():
+        if not isinstance(checklist, Mapping) or not isinstance(checklist.get("hosts"), Mapping):
+            continue
+        texts = {
+            str(i.get("id")): str(i.get("text", ""))
+            for i in _as_list(checklist.get("items"))
+            if isinstance(i, Mapping)
+        }
+        for host, entry in checklist["hosts"].items():
+            if not isinstance(entry, Mapping):
+                continue
+            failed = [str(i) for i in _as_list(entry.get("failed_items"))]
+            by_host.setdefault(str(host), []).append(
+                {
+                    "title": str(checklist.get("title") or key),
+                    **_score(entry),
+                    "failed": [f"{i}: {texts[i]}" if texts.get(i) else i for i in failed],
+                }
+            )
+    return by_host

@@ -1,0 +1,186 @@
+"""Risks: findings grouped across hosts, waivers, and the --fail-on count."""
+
+from __future__ import annotations
+
+import dataclasses
+import fnmatch
+import json
+from datetime import date
+from typing import Any
+
+import pytest
+from report_factories import GENERATED_AT, finding, healthy_host
+
+from gpuaudit.cli import _open_at_or_above
+from gpuaudit.report.register import build_register
+from gpuaudit.report.risks import discriminator, risk_id
+from gpuaudit.rules.base import Evidence, Finding, Owner, Severity
+
+
+def xid(host: str, code: int | None, gpu: int | None = 0, **changes: Any) -> Finding:
+    base = finding("GA301", Severity.HIGH, host, gpu_index=gpu, category="health")
+    actual = {"code": code, "count": 3, "pci_bus_id": "0000:18:00.0"}
+    return dataclasses.replace(
+        base, evidence=Evidence("xid_events", actual, "no XID events"), **changes
+    )
+
+
+def keyed(rule: str, host: str, fact: str, severity: Severity = Severity.MEDIUM) -> Finding:
+    base = finding(rule, severity, host, gpu_index=None, category="system")
+    return dataclasses.replace(base, evidence=Evidence(fact, 1, 2))
+
+
+@dataclasses.dataclass(frozen=True)
+class FakeWaiver:
+    rule: str
+    hosts: tuple[str, ...]
+    reason: str
+    expires: date
+    owner: str
+
+
+class FakePolicy:
+    """Stands in for gpuaudit's site policy: only what the register calls."""
+
+    def __init__(self, *waivers: FakeWaiver) -> None:
+        self.waivers = waivers
+
+    def waiver_status(self, f: Finding, on: date) -> tuple[str, FakeWaiver | None]:
+        for w in self.waivers:
+            if w.rule == f.rule and any(fnmatch.fnmatch(f.host, p) for p in w.hosts):
+                return ("waiver_expired" if on > w.expires else "waived"), w
+        return "open", None
+
+
+def register(findings: list[Finding], policy: object = None) -> dict[str, Any]:
+    hosts = sorted({f.host for f in findings})
+    return build_register(
+        [healthy_host(h) for h in hosts], findings, generated_at=GENERATED_AT, policy=policy
+    )
+
+
+def test_risk_keys() -> None:
+    assert risk_id(xid("h1", 79)) == "GA301:79"
+    assert risk_id(xid("h1", None)) == "GA301:unknown"
+    assert discriminator(keyed("GA601", "h1", "sysctls[net.core.rmem_max]")) == "net.core.rmem_max"
+    assert risk_id(keyed("GA402", "h", "services[nvidia-fabricmanager]")) == (
+        "GA402:nvidia-fabricmanager"
+    )
+    assert risk_id(keyed("GA000", "h", "GA301")) == "GA000:GA301"
+    # A GPU index is what is grouped, not a subject of its own.
+    assert risk_id(keyed("GA304", "h", "gpus[3].remapped_rows.pending")) == "GA304"
+    assert risk_id(keyed("GA106", "h", "packages")) == "GA106"
+
+
+def test_one_risk_across_hosts_and_gpus() -> None:
+    findings = [
+        xid("h1", 79, gpu=5),
+        xid("h2", 79, gpu=1),
+        xid("h3", 79, gpu=None),
+        xid("h3", 13, gpu=0, severity=Severity.MEDIUM, likelihood=2, impact=2),
+        dataclasses.replace(xid("h2", 79, gpu=2), severity=Severity.CRITICAL, impact=5),
+    ]
+    reg = register(findings)
+    risks = {r["id"]: r for r in reg["risks"]}
+    assert set(risks) == {"GA301:79", "GA301:13"}
+    r79 = risks["GA301:79"]
+    assert r79["affected_hosts"] == ["h1", "h2", "h3"]
+    assert r79["affected_gpus"] == [
+        {"host": "h1", "gpu": 5, "gpu_name": "NVIDIA H100 80GB HBM3"},
+        {"host": "h2", "gpu": 1, "gpu_name": "NVIDIA H100 80GB HBM3"},
+        {"host": "h2", "gpu": 2, "gpu_name": "NVIDIA H100 80GB HBM3"},
+    ]
+    assert r79["finding_count"] == 4
+    assert r79["severity"] == "critical"  # the worst finding's
+    assert (r79["likelihood"], r79["impact"], r79["score"]) == (3, 5, 15)
+    assert r79["status"] == "open" and r79["waiver"] is None and r79["waiver_expired"] is False
+    for key in ("rule", "title", "category", "owner", "remediation", "operation", "references"):
+        assert key in r79
+    # Indices point at the register's own findings.
+    assert sorted(reg["findings"][i]["host"] for i in r79["findings"]) == ["h1", "h2", "h2", "h3"]
+    assert all(reg["findings"][i]["risk"] == "GA301:79" for i in r79["findings"])
+    assert [r["id"] for r in reg["risks"]] == ["GA301:79", "GA301:13"]  # most severe first
+    assert reg["summary"]["risk_count"] == 2
+    assert reg["summary"]["open_risks_by_severity"]["critical"] == 1
+
+
+def test_waiver_hides_a_risk_until_it_expires() -> None:
+    findings = [xid("h1", 79), xid("h2", 79)]
+    waiver = FakeWaiver("GA301", ("h*",), "RMA open, ticket 42", date(2026, 12, 31), "infra")
+    reg = register(findings, FakePolicy(waiver))
+    (risk,) = reg["risks"]
+    assert risk["status"] == "waived"
+    assert risk["waiver"] == {
+        "reason": "RMA open, ticket 42",
+        "expires": "2026-12-31",
+        "hosts": ["h*"],
+        "owner": "infra",
+    }
+    assert risk["waiver_expired"] is False
+    assert {f["status"] for f in reg["findings"]} == {"waived"}
+    assert reg["findings"][0]["waiver"]["expires"] == "2026-12-31"
+    assert reg["summary"]["risks_by_status"] == {"open": 0, "waived": 1}
+    json.dumps(reg)
+
+    lapsed = dataclasses.replace(waiver, expires=date(2026, 11, 28))  # the day before the run
+    reg = register(findings, FakePolicy(lapsed))
+    (risk,) = reg["risks"]
+    assert risk["status"] == "open"
+    assert risk["waiver_expired"] is True
+    assert risk["waiver"]["expires"] == "2026-11-28"
+    assert {f["status"] for f in reg["findings"]} == {"open"}
+    assert all(f["waiver_expired"] for f in reg["findings"])
+
+
+def test_a_waiver_must_cover_every_finding_of_the_risk() -> None:
+    findings = [xid("h1", 79), xid("other", 79), keyed("GA601", "h1", "sysctls[x]")]
+    waiver = FakeWaiver("GA301", ("h1",), "known", date(2027, 1, 1), "infra")
+    reg = register(findings, FakePolicy(waiver))
+    risks = {r["id"]: r for r in reg["risks"]}
+    assert risks["GA301:79"]["status"] == "open"  # "other" is not covered
+    assert risks["GA301:79"]["waiver"]["hosts"] == ["h1"]  # shown: it covers part of the risk
+    by_host = {(f["rule"], f["host"]): f["status"] for f in reg["findings"]}
+    assert by_host == {
+        ("GA301", "h1"): "waived",
+        ("GA301", "other"): "open",
+        ("GA601", "h1"): "open",
+    }
+
+
+def test_risks_sorted_open_first_then_severity_score_id() -> None:
+    findings = [
+        keyed("GA602", "h1", "device_nodes", Severity.LOW),
+        keyed("GA601", "h1", "sysctls[b]", Severity.MEDIUM),
+        keyed("GA601", "h1", "sysctls[a]", Severity.MEDIUM),
+        xid("h1", 79),
+    ]
+    waiver = FakeWaiver("GA301", ("*",), "accepted", date(2027, 1, 1), "ml")
+    reg = register(findings, FakePolicy(waiver))
+    order = [(r["id"], r["status"]) for r in reg["risks"]]
+    assert order == [
+        ("GA601:a", "open"),
+        ("GA601:b", "open"),
+        ("GA602", "open"),
+        ("GA301:79", "waived"),
+    ]
+
+
+@pytest.mark.parametrize(
+    ("threshold", "expected"), [("critical", 0), ("high", 1), ("medium", 2), ("info", 2)]
+)
+def test_fail_on_counts_open_risks_only(threshold: str, expected: int) -> None:
+    findings = [
+        xid("h1", 79),
+        xid("h2", 79),  # the same risk: counted once
+        keyed("GA601", "h1", "sysctls[a]"),
+        dataclasses.replace(xid("h1", 48), severity=Severity.CRITICAL, owner=Owner.INFRA),
+    ]
+    waiver = FakeWaiver("GA301", ("h1",), "", date(2027, 1, 1), "infra")
+    reg = json.loads(json.dumps(register(findings, FakePolicy(waiver))))
+    # GA301:48 is waived (critical, but accepted); GA301:79 stays open through h2.
+    assert _open_at_or_above(reg, threshold) == expected
+
+
+def test_fail_on_reads_registers_written_before_risks() -> None:
+    old = {"findings": [{"severity": "high"}, {"severity": "low"}]}
+    assert _open_at_or_above(old, "high") == 1
