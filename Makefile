@@ -27,7 +27,7 @@ system-deps:
 		DEBIAN_FRONTEND=noninteractive $(APT) install -y -qq chromium; }
 
 demo: $(STAMP)
-	$(BIN)/gpuaudit audit inventory/demo.py
+	$(BIN)/gpuaudit audit inventory/demo.py --policy policies/demo.yaml
 
 test: $(STAMP) system-deps lint
 	$(BIN)/pytest -q

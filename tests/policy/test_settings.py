@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import pytest
 from policy_helpers import parse
 
+from gpuaudit.policy import PolicyError
 from gpuaudit.rules.policy_defaults import DEFAULT_POLICY
 
 POLICY = """
@@ -95,3 +97,38 @@ def test_settings_are_copies():
     policy = parse(POLICY)
     policy.settings_for({})["sysctl_baseline"]["net.core.rmem_max"] = 1
     assert policy.settings_for({})["sysctl_baseline"]["net.core.rmem_max"] == 268435456
+
+
+CAPACITY = """
+defaults:
+  capacity_model_sizes_b: [7, 70.5]
+  nvlink_expected: null
+  datacenter_gpu_name_patterns: ["^NVIDIA [ABHL]\\\\d"]
+  required_models:
+    - {name: llama-70b, params_b: 70, precision: int8, kv_cache_gib: 8}
+groups:
+  h100_sxm:
+    nvlink_expected: true
+    required_models:
+      - {params_b: 405, layers: 126, heads: 8, head_dim: 128, context_length: 8192}
+"""
+
+
+def test_capacity_and_nvlink_settings_are_typed():
+    policy = parse(CAPACITY)
+    settings = policy.settings_for({"groups": ["h100_sxm"]})
+    assert settings["capacity_model_sizes_b"] == [7, 70.5]
+    assert settings["nvlink_expected"] is True
+    assert settings["required_models"] == [
+        {"params_b": 405, "layers": 126, "heads": 8, "head_dim": 128, "context_length": 8192}
+    ]
+    assert policy.settings_for({"groups": []})["required_models"][0]["precision"] == "int8"
+
+
+def test_bad_capacity_settings_name_their_line():
+    bad = CAPACITY.replace("layers: 126", "layerz: 126").replace("[7, 70.5]", "[7, big]")
+    with pytest.raises(PolicyError) as error:
+        parse(bad)
+    text = str(error.value)
+    assert "unknown key 'layerz'" in text and "did you mean 'layers'" in text
+    assert "capacity_model_sizes_b[1]" in text

@@ -114,9 +114,13 @@ def test_host_sections_carry_inventory_topology_and_xid_timeline(
     assert gpu["name"] == "NVIDIA H100 80GB HBM3" and gpu["bus"] == "0000:18:00.0"
     assert gpu["memory"] == "81559 MiB" and gpu["pcie_gen"] == "Gen 5/5"
     assert gpu["pcie_width"] == "x16/16"
-    assert host["topology"]["rows"][0]["cells"][1] == ["NV18", "nvlink"]
-    assert host["topology"]["legend"] == [["NIC0", "mlx5_0"]]
-    assert host["topology"]["rows"][0]["cpu"] == "0-47"
+    # Hosts with the same layout share one topology entry.
+    assert _data(page)["hosts"][0]["topology"] == host["topology"] == 0
+    assert _data(page)["hosts"][2]["topology"] is None  # unreachable
+    topology = _data(page)["topologies"][host["topology"]]
+    assert topology["rows"][0]["cells"][1] == ["NV18", "nvlink"]
+    assert topology["legend"] == [["NIC0", "mlx5_0"]]
+    assert topology["rows"][0]["cpu"] == "0-47"
     # Timeline in time order: uptime 49 s (XID 13) before 200 s (XID 79).
     messages = [e["message"] for e in host["xid"]["events"]]
     assert messages == ["Graphics SM Warp Exception", "GPU has fallen off the bus."]

@@ -149,6 +149,8 @@ ga_section os_release s_os_release
 ga_section nvidia_smi_xml s_nvidia -q -x
 ga_section nvml s_nvml
 ga_section nvidia_topo s_nvidia topo -m
+ga_section nvlink_status s_nvidia nvlink -s
+ga_section nvlink_errors s_nvidia nvlink -e
 ga_section mig_gi s_nvidia mig -lgi
 ga_section mig_ci s_nvidia mig -lci
 ga_section driver_proc s_driver_proc

@@ -80,6 +80,43 @@ def _sysctls(reader: Reader, node: Node, what: str) -> dict[str, int]:
     }
 
 
+def _numbers(reader: Reader, node: Node, what: str) -> list[int | float]:
+    return [reader.number(n, f"{what}[{i}]") for i, n in enumerate(reader.sequence(node, what))]
+
+
+def _number_map(reader: Reader, node: Node, what: str) -> dict[str, int | float]:
+    return {
+        key: reader.number(value, f"{what}.{key}") for key, _, value in reader.items(node, what)
+    }
+
+
+def _optional_boolean(reader: Reader, node: Node, what: str) -> bool | None:
+    return None if _is_null(node) else reader.boolean(node, what)
+
+
+def _required_models(reader: Reader, node: Node, what: str) -> list[dict[str, Any]]:
+    """Models a host group must serve (rule GA802); the keys are the capacity rule's."""
+    from gpuaudit.rules.capacity import ARCHITECTURE_FIELDS, MODEL_FIELDS, PLACEMENTS
+
+    models = []
+    for i, item in enumerate(reader.sequence(node, what)):
+        where = f"{what}[{i}]"
+        entry = reader.mapping(item, where)
+        reader.check_keys(item, entry, where, MODEL_FIELDS, required=("params_b",))
+        model: dict[str, Any] = {}
+        for key, (_key_node, value) in entry.items():
+            if key in ("name", "precision"):
+                model[key] = reader.string(value, f"{where}.{key}")
+            elif key == "placement":
+                model[key] = reader.choice(value, f"{where}.{key}", PLACEMENTS)
+            elif key in (*ARCHITECTURE_FIELDS, "concurrent_requests"):
+                model[key] = reader.integer(value, f"{where}.{key}")
+            else:
+                model[key] = reader.number(value, f"{where}.{key}")
+        models.append(model)
+    return models
+
+
 _TYPES: dict[str, Check] = {
     "desired_driver_version": Reader.version,
     "desired_driver_branch": _branch,
@@ -90,6 +127,15 @@ _TYPES: dict[str, Check] = {
     "sysctl_baseline": _sysctls,
     "driver_package_patterns": _regexes,
     "disabled_rules": _rule_codes,
+    "capacity_model_sizes_b": _numbers,
+    "capacity_precisions": _number_map,
+    "nvlink_error_limits": _number_map,
+    "nvlink_expected": _optional_boolean,
+    "required_models": _required_models,
+    "datacenter_gpu_name_patterns": _regexes,
+    "datacenter_gpu_name_exclusions": _regexes,
+    "nvswitch_gpu_name_patterns": _regexes,
+    "nvswitch_gpu_name_exclusions": _regexes,
 }
 
 

@@ -151,6 +151,26 @@ def _page_finding(finding: dict[str, Any]) -> dict[str, Any]:
     return entry
 
 
+def _share_topologies(hosts: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Replace each host's topology with an index into the returned list of distinct ones.
+
+    The hosts of a fleet mostly share a handful of board layouts, and the matrix is the
+    largest part of a host's page data: a 2,000-host HGX fleet then embeds one matrix, not 2,000.
+    """
+    distinct: dict[str, int] = {}
+    topologies: list[dict[str, Any]] = []
+    for host in hosts:
+        topology = host["topology"]
+        if topology is None:
+            continue
+        key = json.dumps(topology, sort_keys=True)
+        if key not in distinct:
+            distinct[key] = len(topologies)
+            topologies.append(topology)
+        host["topology"] = distinct[key]
+    return topologies
+
+
 def _host_views(
     register: dict[str, Any], snapshots: Sequence[HostSnapshot]
 ) -> list[dict[str, Any]]:
@@ -176,12 +196,14 @@ def build_context(register: dict[str, Any], snapshots: Sequence[HostSnapshot]) -
     """Everything the page template needs, from the register and the snapshots behind it."""
     hosts = _host_views(register, snapshots)
     risks = risk_views(register)
+    topologies = _share_topologies(hosts)
     summary = register["summary"]
     script = page_script()
     page_data = {
         "findings": [_page_finding(f) for f in register["findings"]],
         "risks": risks,
         "hosts": hosts,
+        "topologies": topologies,
         "gpu_columns": GPU_COLUMNS,
     }
     return {

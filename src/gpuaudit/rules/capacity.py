@@ -25,12 +25,12 @@ from gpuaudit.rules.policy_defaults import host_policy
 GIB = 2**30
 _MIB = 2**20
 _KV_BYTES_PER_VALUE = 2  # seed 000: keys and values in FP16
-_ARCHITECTURE = ("layers", "heads", "head_dim", "context_length")
-_MODEL_FIELDS = frozenset(
+ARCHITECTURE_FIELDS = ("layers", "heads", "head_dim", "context_length")
+MODEL_FIELDS = frozenset(
     {"name", "params_b", "precision", "kv_cache_gib", "concurrent_requests", "placement"}
-    | set(_ARCHITECTURE)
+    | set(ARCHITECTURE_FIELDS)
 )
-_PLACEMENTS = ("host", "gpu")
+PLACEMENTS = ("host", "gpu")
 _REFS = (
     refs.SEED_LLM_MEMORY,
     refs.SEED_QUANTIZATION,
@@ -258,7 +258,7 @@ def read_model(raw: Any, precisions: Mapping[str, float], default_kv: float) -> 
     """One ``required_models`` entry, strictly: unknown fields and missing sizes are errors."""
     if not isinstance(raw, Mapping):
         raise ValueError(f"required_models: each entry must be a mapping, not {raw!r}")
-    unknown = set(map(str, raw)) - _MODEL_FIELDS
+    unknown = set(map(str, raw)) - MODEL_FIELDS
     if unknown:
         raise ValueError(f"required_models: unknown field(s) {', '.join(sorted(unknown))}")
     if not isinstance(raw.get("params_b"), (int, float)) or raw["params_b"] <= 0:
@@ -267,8 +267,8 @@ def read_model(raw: Any, precisions: Mapping[str, float], default_kv: float) -> 
     if precision not in precisions:
         raise ValueError(f"required_models: precision {precision!r} not in capacity_precisions")
     placement = str(raw.get("placement", "host"))
-    if placement not in _PLACEMENTS:
-        raise ValueError(f"required_models: placement must be one of {', '.join(_PLACEMENTS)}")
+    if placement not in PLACEMENTS:
+        raise ValueError(f"required_models: placement must be one of {', '.join(PLACEMENTS)}")
     return Model(
         name=str(raw.get("name") or f"{raw['params_b']:g}B model"),
         params_b=float(raw["params_b"]),
@@ -282,13 +282,13 @@ def read_model(raw: Any, precisions: Mapping[str, float], default_kv: float) -> 
 def _kv_cache(raw: Mapping[str, Any], default_kv: float) -> float:
     if raw.get("kv_cache_gib") is not None:
         return float(raw["kv_cache_gib"]) * GIB
-    given = [k for k in _ARCHITECTURE if raw.get(k) is not None]
+    given = [k for k in ARCHITECTURE_FIELDS if raw.get(k) is not None]
     if not given:
         return default_kv
-    if len(given) != len(_ARCHITECTURE):
-        missing = ", ".join(k for k in _ARCHITECTURE if k not in given)
+    if len(given) != len(ARCHITECTURE_FIELDS):
+        missing = ", ".join(k for k in ARCHITECTURE_FIELDS if k not in given)
         raise ValueError(f"required_models: the KV-cache formula also needs {missing}")
     per_request = 2 * _KV_BYTES_PER_VALUE
-    for key in _ARCHITECTURE:
+    for key in ARCHITECTURE_FIELDS:
         per_request *= int(raw[key])
     return float(per_request * int(raw.get("concurrent_requests", 1)))

@@ -27,11 +27,11 @@ PROFILE_KEYS = {
     "description", "vendor", "gpu_model", "xml", "gpu_count", "bus_ids", "driver", "cuda",
     "topology", "nvswitches", "dcgm", "gpu", "gpus", "kernel_log", "services", "packages_held",
     "sysctls", "device_nodes", "faults", "os", "kernel", "rocm_json", "hostname", "groups",
-    "lspci",
+    "lspci", "nvlink",
 }  # fmt: skip
 GPU_KEYS = {
     "persistence_mode", "remapped_rows", "pcie", "clock_reasons", "utilization",
-    "performance_state", "ecc", "xml_set", "lost", "unknown_error", "mig",
+    "performance_state", "ecc", "xml_set", "lost", "unknown_error", "mig", "nvlink",
 }  # fmt: skip
 KERNEL_LOG_KEYS = {"fixture", "gpus", "lines", "xid"}
 
@@ -138,7 +138,7 @@ def _build_nvidia(name: str, profile: dict[str, Any], faults: dict[str, Any]) ->
         "xml": xml_name,
         "product": product,
         "brand": (base.findtext("product_brand") or "").strip(),
-        "pci_device_id": (base.findtext("pci/pci_device_id") or "").strip(),
+        "pci_device_id": _pci_device_id(base),
         "driver": {
             "loaded": None if "driver_not_loaded" in faults else driver,
             "installed": driver,
@@ -148,7 +148,25 @@ def _build_nvidia(name: str, profile: dict[str, Any], faults: dict[str, Any]) ->
         "topology": topology,
         "nvswitches": int(profile.get("nvswitches", 0)),
         "lspci": _build_lspci(name, profile, bus_ids),
+        "nvlink": _build_nvlink(profile.get("nvlink")),
     }
+
+
+def _build_nvlink(spec: dict[str, Any] | None) -> dict[str, Any]:
+    """NVLinks per GPU and their speed (none: the GPUs have no NVLink); per-GPU faults are the
+    GPU's ``nvlink`` override: ``inactive`` link numbers and ``errors`` {link: {counter: n}}."""
+    spec = dict(spec or {})
+    _check_keys("nvlink", spec, {"links", "speed_gb_s"})
+    return {"links": int(spec.get("links", 0)), "speed_gb_s": float(spec.get("speed_gb_s", 0))}
+
+
+def _pci_device_id(base: ET.Element) -> str:
+    """The captured device id, as lspci prints it in hex; some publishers masked it
+    ("[REDACTED]"), and lspci never prints anything but hex digits there."""
+    captured = (base.findtext("pci/pci_device_id") or "").strip()
+    if len(captured) == 8 and all(c in "0123456789abcdefABCDEF" for c in captured):
+        return captured
+    return "000010DE"
 
 
 def _build_lspci(name: str, profile: dict[str, Any], bus_ids: list[str]) -> dict[str, Any]:
@@ -191,6 +209,7 @@ def _build_gpu(
         "persistence_mode": "Disabled",
         "lost": bool(overrides.pop("lost", False)),
         "unknown_error": bool(overrides.pop("unknown_error", False)),
+        "nvlink": dict(overrides.pop("nvlink", None) or {}),
         "mig": None,
     }
     mig_spec = overrides.pop("mig", None)

@@ -56,7 +56,8 @@ _FLAG_OPTIONS = {
     "--matrix": "matrix", "-lgi": "lgi", "--list-gpu-instances": "lgi", "-lci": "lci",
     "--list-compute-instances": "lci", "-C": "default_ci", "--default-compute-instance":
     "default_ci", "-dci": "dci", "--destroy-compute-instance": "dci", "-dgi": "dgi",
-    "--destroy-gpu-instance": "dgi", "-h": "help", "--help": "help",
+    "--destroy-gpu-instance": "dgi", "-h": "help", "--help": "help", "-s": "status",
+    "--status": "status", "-e": "errorcounters", "--errorcounters": "errorcounters",
 }  # fmt: skip
 
 
@@ -94,7 +95,7 @@ def run(argv: list[str], state_path: Path) -> int:
 def _parse(argv: list[str]) -> tuple[str, dict[str, Any]]:
     command = ""
     args = list(argv)
-    if args and args[0] in ("topo", "mig"):
+    if args and args[0] in ("topo", "mig", "nvlink"):
         command = args.pop(0)
     opts: dict[str, Any] = {}
     while args:
@@ -127,6 +128,8 @@ def _dispatch(command: str, opts: dict[str, Any], state: State, state_path: Path
         count = len(state["nvidia"]["gpus"])
         sys.stdout.write(render_topology(topology["fixture"], count, topology.get("replace")))
         return 0
+    if command == "nvlink":
+        return _nvlink(opts, state)
     if command == "mig":
         from gpuaudit.sim.nvidia_smi_mig import run_mig
 
@@ -155,6 +158,32 @@ def _dispatch(command: str, opts: dict[str, Any], state: State, state_path: Path
         rc = query_gpu(state, gpus, opts["query_gpu"], opts.get("format", ""))
         return rc or _report_lost(gpus)
     raise _not_simulated("this invocation")
+
+
+def _nvlink(opts: dict[str, Any], state: State) -> int:
+    """``nvlink -s`` (link speeds, ``<inactive>``) and ``nvlink -e`` (per-link error counters),
+    in nvidia-smi's layout: a ``GPU n:`` header, then one tab-indented line per link value."""
+    if not (opts.keys() - {"id"}) or not opts.keys() <= {"status", "errorcounters", "id"}:
+        raise _not_simulated("this nvlink query")
+    links = state["nvidia"].get("nvlink") or {"links": 0, "speed_gb_s": 0.0}
+    product = state["nvidia"]["product"]
+    gpus = _selected(state, opts.get("id"))
+    for gpu in gpus:
+        if gpu.get("lost"):
+            continue
+        print(f"GPU {gpu['index']}: {product} (UUID: {gpu['uuid']})")
+        faults = gpu.get("nvlink") or {}
+        inactive = {int(n) for n in faults.get("inactive", [])}
+        errors = {int(k): v for k, v in (faults.get("errors") or {}).items()}
+        for link in range(links["links"]):
+            if opts.get("status"):
+                speed = "<inactive>" if link in inactive else f"{links['speed_gb_s']:g} GB/s"
+                print(f"\t Link {link}: {speed}")
+            if opts.get("errorcounters"):
+                counts = errors.get(link, {})
+                for counter in ("Replay", "Recovery", "CRC"):
+                    print(f"\t Link {link}: {counter} Errors: {int(counts.get(counter, 0))}")
+    return _report_lost(gpus)
 
 
 def _selected(state: State, selector: str | None) -> list[dict[str, Any]]:

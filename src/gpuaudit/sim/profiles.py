@@ -66,6 +66,8 @@ def _a100(**extra: Any) -> dict[str, Any]:
             "replace": {"NV18": "NV12"},
         },
         "nvswitches": 6,
+        # A100 SXM4: 12 third-generation NVLinks of 25 GB/s each, all to the NVSwitches.
+        "nvlink": {"links": 12, "speed_gb_s": 25.0},
         "gpu": {"remapped_rows": _A100_CLEAN_REMAP, "mig": {"current": "Disabled"}},
     }
     profile.update(extra)

@@ -37,8 +37,9 @@ function findingText(i) {
   if (findingTexts[i] === undefined) {
     var f = data.findings[i];
     var ev = f.evidence;
-    findingTexts[i] = haystack([f.host, f.gpu === null ? null : "GPU " + f.gpu, f.gpu_name,
-      f.gpu_uuid, f.message, ev.fact, ev.actual, ev.expected, ev.excerpt, f.override_reason]);
+    var gpu = f.gpu === null || f.gpu === undefined ? null : "GPU " + f.gpu;
+    findingTexts[i] = haystack([f.host, gpu, f.gpu_name, f.gpu_uuid, f.message, ev.fact,
+      ev.actual, ev.expected, ev.excerpt, f.override_reason]);
   }
   return findingTexts[i];
 }
@@ -276,7 +277,9 @@ function openHosts(open) {
 
 if (form) {
   var searchSoon = debounce(apply, 150);
-  var typed = function (event) { return event.target.name === "q" || event.target.name === "host"; };
+  var typed = function (event) {
+    return event.target.name === "q" || event.target.name === "host";
+  };
   // Typing waits for a pause; ticking and choosing apply at once.
   form.addEventListener("input", function (event) { if (typed(event)) { searchSoon(); } });
   form.addEventListener("change", function (event) { if (!typed(event)) { apply(); } });

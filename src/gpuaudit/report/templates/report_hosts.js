@@ -118,7 +118,7 @@ function renderHostBody(host, data, riskOf) {
   } else if (host.status === "ok") {
     add(body, el("p", "muted", "No GPUs reported."));
   }
-  if (host.topology) { add(body, topologyBlock(host.topology)); }
+  if (host.topology !== null) { add(body, topologyBlock(data.topologies[host.topology])); }
   if (host.xid.total) { add(body, xidBlock(host.xid)); }
   if (host.kernel_log_truncated) {
     add(body, el("p", "small warn",
