@@ -16,13 +16,12 @@ Conventions (see docs/snapshot-schema.md):
 
 from __future__ import annotations
 
-import dataclasses
 import json
-import types
-import typing
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import Any, TypeVar, Union
+from typing import Any
+
+from gpuaudit.model.jsonable import from_jsonable, to_jsonable
 
 SCHEMA_VERSION = "1.0"
 
@@ -312,7 +311,7 @@ class HostSnapshot:
     nvlink: tuple[GpuNvLink, ...] | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        result: dict[str, Any] = _to_jsonable(self)
+        result: dict[str, Any] = to_jsonable(self)
         return result
 
     def to_json(self) -> str:
@@ -326,7 +325,7 @@ class HostSnapshot:
                 f"snapshot schema {version!r} is not readable by this gpuaudit "
                 f"(reads {SCHEMA_VERSION})"
             )
-        return _from_jsonable(cls, data)
+        return from_jsonable(cls, data)
 
     @classmethod
     def from_json(cls, text: str) -> HostSnapshot:
@@ -357,42 +356,3 @@ def bus_key(pci_bus_id: str | None) -> str | None:
     if "." not in devfn:
         devfn = f"{devfn}.0"
     return f"{domain}:{bus.rjust(2, '0')}:{devfn}"
-
-
-# --- JSON (de)serialisation of the frozen dataclasses -------------------------------------------
-
-T = TypeVar("T")
-
-
-def _to_jsonable(value: Any) -> Any:
-    if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        return {f.name: _to_jsonable(getattr(value, f.name)) for f in dataclasses.fields(value)}
-    if isinstance(value, Enum):
-        return value.value
-    if isinstance(value, dict):
-        return {str(k): _to_jsonable(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_to_jsonable(v) for v in value]
-    return value
-
-
-def _from_jsonable(tp: Any, data: Any) -> Any:
-    if data is None:
-        return None
-    origin = typing.get_origin(tp)
-    if origin is Union or origin is types.UnionType:
-        options = [a for a in typing.get_args(tp) if a is not type(None)]
-        return _from_jsonable(options[0], data) if len(options) == 1 else data
-    if origin is tuple:
-        (item_type, *_rest) = typing.get_args(tp)
-        return tuple(_from_jsonable(item_type, v) for v in data)
-    if origin is dict:
-        _key_type, value_type = typing.get_args(tp)
-        return {k: _from_jsonable(value_type, v) for k, v in data.items()}
-    if isinstance(tp, type) and issubclass(tp, Enum):
-        return tp(data)
-    if isinstance(tp, type) and dataclasses.is_dataclass(tp):
-        hints = typing.get_type_hints(tp)
-        known = {f.name for f in dataclasses.fields(tp)}
-        return tp(**{k: _from_jsonable(hints[k], v) for k, v in data.items() if k in known})
-    return data
