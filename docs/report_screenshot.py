@@ -20,7 +20,7 @@ ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-net
 def main(page_path: str, png_path: str) -> None:
     with sync_playwright() as playwright:
         browser = playwright.chromium.launch(executable_path="/usr/bin/chromium", args=ARGS)
-        page = browser.new_page(viewport={"width": 1400, "height": 2100})
+        page = browser.new_page(viewport={"width": 1400, "height": 2600})
         page.goto(Path(page_path).resolve().as_uri())
         page.wait_for_selector("html[data-ready=true]", state="attached")
         for group in page.locator("#risks-table tbody.risk").all():
@@ -29,7 +29,9 @@ def main(page_path: str, png_path: str) -> None:
                 group.locator(".excerpt summary").first.click()
                 break
             group.locator("button.expand").click()
-        page.screenshot(path=png_path)
+        # Clicking scrolled the risk into view: the picture starts at the top of the page.
+        page.evaluate("window.scrollTo(0, 0)")
+        page.screenshot(path=png_path, full_page=False, clip=None)
         browser.close()
 
 
