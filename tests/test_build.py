@@ -272,6 +272,42 @@ def test_amd_host() -> None:
     assert len(snap.gpus) == 6 and {g.vendor for g in snap.gpus} == {"amd"}
 
 
+def test_amd_host_with_only_amd_smi() -> None:
+    # Newer ROCm: amd-smi without rocm-smi. The section holds static then metric JSON.
+    sections = base_sections(NO_GPU_TOOLS.replace("amd-smi=0", "amd-smi=1"))
+    sections.update(
+        nvidia_smi_xml=missing("nvidia-smi"),
+        amd_smi=ok(
+            fixture("amd-smi/luckylinux-rx6600-amd-smi-static.json")
+            + fixture("amd-smi/luckylinux-rx6600-amd-smi-metric.json")
+        ),
+        lspci=ok("0000:0b:00.0 0300: 1002:73ff (rev c7)\n"),
+    )
+    snap = build_snapshot("rx6600-01", Bundle(sections=sections, complete=True))
+    assert snap.status is HostStatus.OK, snap.status_detail
+    assert snap.tools["amd-smi"] is True and snap.tools["rocm-smi"] is False
+    (gpu,) = snap.gpus
+    assert gpu.vendor == "amd" and gpu.pci_bus_id == "0000:0B:00.0"
+    assert gpu.power_draw_w == 6.0 and gpu.pcie_width_current == 8
+
+
+def test_amd_smi_failing_alone_degrades_and_fills_rocm_smi_gaps() -> None:
+    sections = base_sections(AMD_TOOLS.replace("amd-smi=0", "amd-smi=1"))
+    sections.update(nvidia_smi_xml=missing("nvidia-smi"), amd_smi=Section(rc=1, stderr="boom\n"))
+    snap = build_snapshot("amd-02", Bundle(sections=sections, complete=True))
+    assert snap.status is HostStatus.DEGRADED and "amd-smi failed" in snap.status_detail
+    # Both tools: rocm-smi stays primary; amd-smi only fills GPUs with the same bus id, and
+    # these two captures come from different cards, so it adds nothing.
+    sections.update(
+        rocm_smi=ok(fixture("rocm-smi/telegraf-rx6700xt-rocm6.1.2.json")),
+        amd_smi=ok(fixture("amd-smi/luckylinux-rx6600-amd-smi-static.json")),
+    )
+    snap = build_snapshot("amd-02", Bundle(sections=sections, complete=True))
+    assert snap.status is HostStatus.OK, snap.status_detail
+    (gpu,) = snap.gpus
+    assert gpu.pci_bus_id != "0000:0B:00.0" and gpu.pcie_width_max is None
+
+
 def test_stray_nvidia_smi_on_amd_host_is_not_a_driver_failure() -> None:
     sections = base_sections(NVIDIA_TOOLS.replace("rocm-smi=0", "rocm-smi=1"))
     sections.update(

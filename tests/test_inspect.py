@@ -26,6 +26,7 @@ KIND_BY_FOLDER: dict[str, str | dict[str, str]] = {
         "query-gpu": "query-gpu-csv",
     },
     "rocm-smi": {".json": "rocm-smi-json", "concise": "rocm-smi-concise"},
+    "amd-smi": "amd-smi-json",
     "topo": {"nvlink-status": "nvlink-status", "topo-p2p": "topo-p2p", "": "topo-matrix"},
     "mig": {
         "nvidia-smi-table": "nvidia-smi-table",

@@ -19,6 +19,7 @@ from typing import Any
 
 from gpuaudit.model.build import build_snapshot
 from gpuaudit.model.snapshot import HostSnapshot
+from gpuaudit.parsers.amd_smi import parse_amd_smi_json
 from gpuaudit.parsers.bundle import parse_bundle_text
 from gpuaudit.parsers.errors import ParseError
 from gpuaudit.parsers.kernel_log import parse_kernel_log
@@ -105,6 +106,7 @@ PARSERS: dict[str, Callable[[str], Any]] = {
     "kernel-log": parse_kernel_log,
     "rocm-smi-json": parse_rocm_smi_json,
     "rocm-smi-concise": parse_rocm_smi_concise,
+    "amd-smi-json": parse_amd_smi_json,
 }
 
 
@@ -118,6 +120,9 @@ def detect_kind(text: str) -> str:
         return "gpuaudit-bundle"
     if stripped.startswith("{"):
         return _json_kind(stripped)
+    # amd-smi prints a list; a kernel log line also opens with "[" and goes on below.
+    if stripped.startswith("[") and _json_kind(stripped) != UNKNOWN:
+        return "amd-smi-json"
     if stripped.startswith("<") and "<nvidia_smi_log" in stripped[:4096]:
         return "nvidia-smi-xml"
     if _HELP.search(text):
@@ -140,9 +145,12 @@ def detect_kind(text: str) -> str:
 
 def _json_kind(text: str) -> str:
     try:
-        data = json.loads(text)
+        # The first document: the collector's amd-smi section holds two, static then metric.
+        data, _ = json.JSONDecoder().raw_decode(text)
     except (ValueError, RecursionError):
         return UNKNOWN
+    if _is_amd_smi(data):
+        return "amd-smi-json"
     if not isinstance(data, dict):
         return UNKNOWN
     if "schema_version" in data and "host" in data:
@@ -150,6 +158,17 @@ def _json_kind(text: str) -> str:
     if any(re.fullmatch(r"card\d+", str(key)) for key in data):
         return "rocm-smi-json"
     return UNKNOWN
+
+
+def _is_amd_smi(data: Any) -> bool:
+    """A list of per-GPU objects keyed "gpu" (amd-smi up to 25), or that list under "gpu_data"."""
+    if isinstance(data, dict) and isinstance(data.get("gpu_data"), list):
+        data = data["gpu_data"]
+    return (
+        isinstance(data, list)
+        and bool(data)
+        and all(isinstance(entry, dict) and "gpu" in entry for entry in data)
+    )
 
 
 def _line_kind(text: str) -> str:

@@ -20,7 +20,7 @@ CASES = sorted(HERE.glob("*/*.json"))
 EXPECTED_SECTIONS = {
     "meta", "tools", "os_release", "nvidia_smi_xml", "nvidia_topo", "mig_gi", "mig_ci",
     "driver_proc", "kernel_log", "packages", "package_holds", "sysctl", "services",
-    "device_nodes", "lspci", "rocm_smi", "nvml", "nvlink_status", "nvlink_errors",
+    "device_nodes", "lspci", "rocm_smi", "amd_smi", "nvml", "nvlink_status", "nvlink_errors",
 }  # fmt: skip
 
 

@@ -131,6 +131,14 @@ s_device_nodes() {
 }
 s_lspci() { ga_has lspci || ga_missing lspci || return; lspci -D -n -d 10de: ; lspci -D -n -d 1002: ; }
 s_rocm() { ga_has rocm-smi || ga_missing rocm-smi || return; ga_run rocm-smi --showallinfo --json; }
+# amd-smi (rocm-smi's successor; the only tool on newer ROCm hosts): the static and the metric
+# JSON one after the other. The exit status is static's when it failed, else metric's.
+s_amd_smi() {
+  ga_has amd-smi || ga_missing amd-smi || return
+  ga_run amd-smi static --json; ga_amd_rc=$?
+  ga_run amd-smi metric --json || return
+  return "$ga_amd_rc"
+}
 # The GPUs through NVML (pynvml) or amdsmi where the host's python3 has them: one process reads
 # every device, no nvidia-smi per query. The probe (collect/nvml_probe.py) is pasted below when
 # the script is built; it exits 127 when neither library is installed. GPUAUDIT_NVML=0 skips it.
@@ -162,5 +170,6 @@ ga_section services s_services
 ga_section device_nodes s_device_nodes
 ga_section lspci s_lspci
 ga_section rocm_smi s_rocm
+ga_section amd_smi s_amd_smi
 printf '@@%s done@@\n' "$N"
 exit 0

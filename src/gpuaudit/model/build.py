@@ -18,22 +18,23 @@ Status, from worst to best. The first three come from the connection, before any
 ``TIMED_OUT``          connected, but the collector did not finish within the host's time limit
                        (``timed_out_snapshot``); nothing of its output is kept.
 ``COLLECTION_FAILED``  the bundle is empty, or cut short before the nvidia-smi XML arrived.
-``NO_GPU_TOOLING``     neither nvidia-smi nor rocm-smi is installed.
+``NO_GPU_TOOLING``     neither nvidia-smi nor rocm-smi nor amd-smi is installed.
 ``DRIVER_NOT_RESPONDING``  nvidia-smi is installed but its XML query failed and produced no XML
                        (typically "couldn't communicate with the NVIDIA driver", rc 9, or
                        killed by the collector's per-command ``timeout``, rc 124).
 ``DEGRADED``           collected, but a GPU reported an error, the GPU inventory (nvidia-smi XML,
-                       rocm-smi) or the topology could not be read, the MIG listings could not
-                       be read while a GPU has MIG enabled, lspci and nvidia-smi disagree on how
-                       many NVIDIA GPUs there are, or the bundle was cut short after the XML.
+                       rocm-smi / amd-smi) or the topology could not be read, the MIG listings
+                       could not be read while a GPU has MIG enabled, lspci and nvidia-smi
+                       disagree on how many NVIDIA GPUs there are, or the bundle was cut short
+                       after the XML.
 ``OK``                 everything above is fine. Other problems (a system section that did not
                        parse, a kernel log the audit user may not read, bytes that are not
                        UTF-8) are recorded in ``parse_errors`` but do not degrade the host: they
                        are gaps in the audit, not GPUs failing to answer, and the rules report
                        them as such.
 
-A host with AMD GPUs and a stray nvidia-smi (no NVIDIA driver) is judged by rocm-smi, as long as
-lspci shows no NVIDIA GPU that nvidia-smi should have reported.
+A host with AMD GPUs and a stray nvidia-smi (no NVIDIA driver) is judged by rocm-smi or amd-smi,
+as long as lspci shows no NVIDIA GPU that nvidia-smi should have reported.
 """
 
 from __future__ import annotations
@@ -54,6 +55,7 @@ from gpuaudit.model.status import (
     said_by,
 )
 from gpuaudit.model.status import unreachable_snapshot as unreachable_snapshot
+from gpuaudit.parsers.amd_smi import parse_amd_smi_json
 from gpuaudit.parsers.bundle import Bundle
 from gpuaudit.parsers.errors import ParseError
 from gpuaudit.parsers.kernel_log import parse_kernel_log, resolve_gpus
@@ -118,8 +120,10 @@ def build_snapshot(
 
     has_nvidia = tools.get("nvidia-smi", _present(sections.get("nvidia_smi_xml")))
     has_amd = tools.get("rocm-smi", _present(sections.get("rocm_smi")))
+    has_amd_smi = tools.get("amd-smi", _present(sections.get("amd_smi")))
     log = run("nvidia_smi_xml", parse_nvidia_smi_xml) if has_nvidia else None
-    amd_gpus = (run("rocm_smi", parse_rocm_smi_json) or ()) if has_amd else ()
+    amd_gpus = _amd_cli_gpus(run, has_amd, has_amd_smi)
+    has_amd = has_amd or has_amd_smi
     log, amd_gpus = _with_device_probe(log, tuple(amd_gpus), run("nvml", parse_nvml_probe))
     has_nvidia, has_amd = has_nvidia or bool(log and log.gpus), has_amd or bool(amd_gpus)
     gpu_instances = run("mig_gi", parse_mig_instances) or ()
@@ -200,6 +204,20 @@ def _run(
     except Exception as exc:  # a parser bug must cost one section, not the host's snapshot
         errors[name] = _problem(section, f"parser failed: {type(exc).__name__}: {exc}")
     return None
+
+
+def _amd_cli_gpus(
+    run: Callable[[str, Callable[[str], tuple[Gpu, ...]]], tuple[Gpu, ...] | None],
+    has_rocm_smi: bool,
+    has_amd_smi: bool,
+) -> tuple[Gpu, ...]:
+    """The AMD GPUs as rocm-smi lists them, with amd-smi filling what rocm-smi left out (per
+    GPU, by bus id); amd-smi's alone where rocm-smi is missing or listed none. amd-smi is the
+    successor and newer hosts may have only it, but where both answer rocm-smi stays primary
+    so that the GPUs of hosts audited before amd-smi was read do not change."""
+    rocm = (run("rocm_smi", parse_rocm_smi_json) or ()) if has_rocm_smi else ()
+    amd_smi = (run("amd_smi", parse_amd_smi_json) or ()) if has_amd_smi else ()
+    return fill_gaps(rocm, amd_smi) if rocm else amd_smi
 
 
 def _with_device_probe(

@@ -141,8 +141,9 @@ def judge_status(
             elif xml.rc not in (0, None):
                 said = said_by(xml)
                 reasons.append(f"nvidia-smi exited with status {xml.rc}: {said or 'no message'}")
-    if has_amd and "rocm_smi" in errors and not gpus:
-        reasons.append(f"rocm-smi failed: {errors['rocm_smi']}")
+    for name, tool in (("rocm_smi", "rocm-smi"), ("amd_smi", "amd-smi")):
+        if has_amd and name in errors and not gpus:
+            reasons.append(f"{tool} failed: {errors[name]}")
     reasons += [f"GPU {g.index}: {g.status_detail or 'error'}" for g in gpus if g.status == "error"]
     mig_in_use = any(g.mig_mode_current == "Enabled" for g in gpus)
     degrading = _DEGRADING_SECTIONS + (_MIG_SECTIONS if mig_in_use else ())
@@ -186,7 +187,7 @@ def _bus_disagreement(
 
 
 def _no_tooling_detail(pci_devices: Sequence[PciDevice]) -> str:
-    detail = "neither nvidia-smi nor rocm-smi is installed"
+    detail = "neither nvidia-smi nor rocm-smi nor amd-smi is installed"
     count = sum(1 for d in pci_devices if d.is_gpu)
     if count:
         detail += f"; lspci lists {count} GPU function(s)"
