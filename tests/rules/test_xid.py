@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import pytest
 
-from gpuaudit.model.snapshot import XidEvent
+from gpuaudit.model.snapshot import PciDevice, XidEvent
 from gpuaudit.rules.base import Owner, Severity
 from gpuaudit.rules.xid_catalog import CATALOG, XidAction, lookup, other_readings
 
@@ -239,3 +239,17 @@ def test_nvlink_errors_are_medium_when_every_line_is_nonfatal(make_host, finding
     result = findings("GA301", make_host(xid_events=(nonfatal, nonfatal, fatal)))
     severities = {f.evidence.actual["code"]: f.severity for f in result}
     assert severities == {145: Severity.MEDIUM, 149: Severity.HIGH}
+
+
+def test_xid_on_a_gpu_nvidia_smi_no_longer_lists_points_at_the_bus(make_host, findings):
+    gone = "0000:90:00.0"
+    lspci = (PciDevice(bus_id=gone, class_code="0302", vendor_id="10de", device_id="20b2",
+                       revision="ff"),)  # fmt: skip
+    event = xid(79, bus=gone, msg="GPU has fallen off the bus.")
+    (listed,) = findings("GA301", make_host(xid_events=(event,), pci_devices=lspci))
+    assert listed.gpu is None
+    assert f"PCI {gone} (not listed by nvidia-smi; on the PCI bus it reads all ones" in (
+        listed.message
+    )
+    (unknown,) = findings("GA301", make_host(xid_events=(event,)))
+    assert f"PCI {gone} (no GPU with that bus id)" in unknown.message

@@ -83,7 +83,7 @@ def xid_errors(rule: Rule, snap: HostSnapshot, ctx: RuleContext) -> Iterable[Fin
         verdict = _verdict(entry, events, codes_at[where] - {code})
         verdict = _apply_override(verdict, overrides.get(entry.code))
         gpu = where[1] if where[0] == "gpu" else None
-        place = f"GPU {gpu}" if gpu is not None else f"PCI {where[1]} (no GPU with that bus id)"
+        place = f"GPU {gpu}" if gpu is not None else _unlisted_place(snap, where[1])
         legacy = sum(1 for e in events if e.kind == "fallen_off_bus")
         parts = [
             f"{entry.label if code >= 0 else 'XID with an unreadable code'} ×{len(events)} "
@@ -311,3 +311,13 @@ def _excerpt(events: list[XidEvent]) -> str:
     if len(events) > 1:
         lines.append(events[-1].raw)
     return "\n".join(lines)
+
+
+def _unlisted_place(snap: HostSnapshot, bus_id: str | None) -> str:
+    """Where an XID happened when no GPU nvidia-smi lists has its bus id: typically the GPU
+    that fell off the bus, which lspci may still show (its config space reading all ones)."""
+    device = next((d for d in snap.pci_devices if d.bus_id == bus_id), None)
+    if device is None:
+        return f"PCI {bus_id} (no GPU with that bus id)"
+    gone = " reads all ones (revision ff)" if device.revision == "ff" else " is still listed"
+    return f"PCI {bus_id} (not listed by nvidia-smi; on the PCI bus it{gone})"
