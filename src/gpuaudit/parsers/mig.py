@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from typing import Any
 
 from gpuaudit.model.snapshot import MigDevice, MigInstance
 from gpuaudit.parsers.errors import ParseError
@@ -119,40 +120,35 @@ def parse_mig_instances(text: str) -> tuple[MigInstance, ...]:
 
 def parse_mig_profiles(text: str) -> tuple[MigProfile, ...]:
     """GPU instance profiles (`mig -lgip`) or compute instance profiles (`mig -lcip`)."""
-    what = "nvidia-smi mig -lgip/-lcip"
     text = text or ""
-    lines = text.splitlines()
     if "Compute instance profiles:" in text:
-        return tuple(
-            MigProfile(
-                gpu=int(m["gpu"]),
-                name=m["name"],
-                profile_id=int(m["profile"]),
-                free=int(m["free"]),
-                total=int(m["total"]),
-                multiprocessor_count=int(m["sm"]),
-                gpu_instance_id=int(m["gi"]),
-                default=m["default"] == "*",
-            )
-            for m in map(_CIP_ROW.match, lines)
-            if m
+        row, extra = _CIP_ROW, _compute_profile_fields
+    elif "GPU instance profiles:" in text:
+        row, extra = _GIP_ROW, _gpu_profile_fields
+    else:
+        _nothing_or_raise(text, "nvidia-smi mig -lgip/-lcip")
+        return ()
+    return tuple(
+        MigProfile(
+            gpu=int(m["gpu"]),
+            name=m["name"],
+            profile_id=int(m["profile"]),
+            free=int(m["free"]),
+            total=int(m["total"]),
+            multiprocessor_count=int(m["sm"]),
+            **extra(m),
         )
-    if "GPU instance profiles:" in text:
-        return tuple(
-            MigProfile(
-                gpu=int(m["gpu"]),
-                name=m["name"],
-                profile_id=int(m["profile"]),
-                free=int(m["free"]),
-                total=int(m["total"]),
-                multiprocessor_count=int(m["sm"]),
-                memory_gib=float(m["memory"]),
-            )
-            for m in map(_GIP_ROW.match, lines)
-            if m
-        )
-    _nothing_or_raise(text, what)
-    return ()
+        for m in map(row.match, text.splitlines())
+        if m
+    )
+
+
+def _compute_profile_fields(m: re.Match[str]) -> dict[str, Any]:
+    return {"gpu_instance_id": int(m["gi"]), "default": m["default"] == "*"}
+
+
+def _gpu_profile_fields(m: re.Match[str]) -> dict[str, Any]:
+    return {"memory_gib": float(m["memory"])}
 
 
 def parse_mig_list_devices(text: str) -> tuple[ListedGpu, ...]:
