@@ -1,0 +1,29 @@
+"""The core (parsers, model, rules, policy, report) works without pyinfra: it is what
+`gpuaudit report` runs on saved snapshots, on machines that never talk to a host."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+CORE = (
+    "gpuaudit.parsers.bundle",
+    "gpuaudit.model.build",
+    "gpuaudit.rules",
+    "gpuaudit.policy",
+    "gpuaudit.report.run",
+    "gpuaudit.offline",
+    "gpuaudit.inspect",
+)
+
+
+def test_core_modules_do_not_import_pyinfra() -> None:
+    code = (
+        "import sys\n"
+        + "".join(f"import {module}\n" for module in CORE)
+        + "print(sorted(m for m in sys.modules if m.split('.')[0] in ('pyinfra', 'gevent')))"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True
+    )
+    assert result.stdout.strip() == "[]"
