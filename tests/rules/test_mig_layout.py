@@ -128,6 +128,11 @@ def test_silent_without_a_config_and_loud_with_a_wrong_one(make_host, make_gpu, 
         ({"c": [{"devices": "0,1", "mig-enabled": False}]}, "devices must be"),
         ({"c": [{"mig-enabled": True, "mig-devices": {"1g.10gb": "7"}}]}, "mig-devices"),
         ({"c": {"devices": "all"}}, "a list of entries"),
+        (
+            {"c": [{"mig-enabled": True, "mig-devices": {"5g.40gb": 1}}]},
+            "unknown Compute Instance slice size: 5",
+        ),
+        ({"c": [{"mig-enabled": True, "mig-devices": {"1g10gb": 7}}]}, "expected \\[<C>c"),
     ],
 )
 def test_mig_configs_are_read_strictly_like_mig_parted(value, message):

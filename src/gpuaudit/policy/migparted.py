@@ -19,28 +19,26 @@ and nothing else; ``mig-devices`` is required when MIG is enabled and must be em
 not. Profile names are checked for shape (``[Cc.]Gg.MMgb[+attr]``, slice counts 1-4, 6, 7, 8),
 not against a GPU model: which profiles a GPU offers is only known on the host.
 
-The result is plain data shaped like the YAML (``{name: [ {devices, mig-enabled, ...} ]}``).
+The result is plain data shaped like the YAML (``{name: [ {devices, mig-enabled, ...} ]}``);
+the rules read it into typed entries with :mod:`gpuaudit.rules.mig_spec`, which also owns the
+profile-name grammar both use. This module checks the YAML itself so that every problem can
+name its file, line and column.
 """
 
 from __future__ import annotations
 
-import re
 from typing import Any
 
 from yaml.nodes import Node, ScalarNode
 
 from gpuaudit.policy.nodes import Invalid, Reader
+from gpuaudit.rules.mig_spec import profile_problem
 
 __all__ = ["MIG_PARTED_VERSION", "read_mig_configs", "read_mig_parted_file"]
 
 MIG_PARTED_VERSION = "v1"
 
 _SPEC_FIELDS = ("device-filter", "devices", "mig-enabled", "mig-devices")
-_PROFILE = re.compile(r"^(?:(?P<c>\d+)c\.)?(?P<g>\d+)g\.(?P<gb>\d+)gb(?:\+(?P<attrs>.*))?$")
-# Compute / GPU instance slice counts NVML defines profiles for.
-_SLICES = {1, 2, 3, 4, 6, 7, 8}
-# Attribute names (me, me.all, gfx, -me, ...): checked for shape, new ones keep appearing.
-_ATTRIBUTE = re.compile(r"^-?[A-Za-z][A-Za-z0-9]*(?:\.[A-Za-z0-9]+)?$")
 
 
 def read_mig_parted_file(text: str, source: str, reader: Reader) -> dict[str, list[dict[str, Any]]]:
@@ -158,24 +156,3 @@ def _mig_devices(reader: Reader, node: Node, what: str) -> dict[str, int]:
     if not valid:
         raise Invalid(what)
     return devices
-
-
-def profile_problem(profile: str) -> str | None:
-    """Why a MIG profile name is malformed (None when it is well formed)."""
-    match = _PROFILE.match(profile)
-    if not match:
-        return "expected [<C>c.]<G>g.<MEM>gb[+<attribute>,...], e.g. 1g.10gb or 1c.2g.20gb"
-    g = int(match["g"])
-    c = int(match["c"]) if match["c"] else g
-    if c not in _SLICES:
-        return f"unknown Compute Instance slice size: {c}"
-    if g not in _SLICES:
-        return f"unknown GPU Instance slice size: {g}"
-    if match["attrs"] is not None:
-        attrs = match["attrs"].split(",")
-        if len(set(attrs)) != len(attrs):
-            return "non unique attribute in list"
-        bad = [a for a in attrs if not _ATTRIBUTE.match(a)]
-        if bad:
-            return f"malformed attribute {bad[0]!r}"
-    return None

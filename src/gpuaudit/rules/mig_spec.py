@@ -21,11 +21,17 @@ instances, as in mig-parted.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 _ENTRY_FIELDS = frozenset({"devices", "device-filter", "mig-enabled", "mig-devices"})
+_PROFILE = re.compile(r"^(?:(?P<c>\d+)c\.)?(?P<g>\d+)g\.(?P<gb>\d+)gb(?:\+(?P<attrs>.*))?$")
+# Compute / GPU instance slice counts NVML defines profiles for.
+_SLICES = {1, 2, 3, 4, 6, 7, 8}
+# Attribute names (me, me.all, gfx, -me, ...): checked for shape, new ones keep appearing.
+_ATTRIBUTE = re.compile(r"^-?[A-Za-z][A-Za-z0-9]*(?:\.[A-Za-z0-9]+)?$")
 
 
 class MigSpecError(ValueError):
@@ -117,4 +123,29 @@ def _mig_devices(where: str, raw: Any) -> dict[str, int]:
         isinstance(n, int) and not isinstance(n, bool) and n >= 0 for n in raw.values()
     ):
         raise MigSpecError(f"{where}: mig-devices must map profiles to counts")
+    for profile in raw:
+        problem = profile_problem(str(profile).strip())
+        if problem:
+            raise MigSpecError(f"{where}: mig-devices profile {profile!r}: {problem}")
     return {str(profile).strip().lower(): int(n) for profile, n in raw.items()}
+
+
+def profile_problem(profile: str) -> str | None:
+    """Why a MIG profile name is malformed (None when it is well formed)."""
+    match = _PROFILE.match(profile)
+    if not match:
+        return "expected [<C>c.]<G>g.<MEM>gb[+<attribute>,...], e.g. 1g.10gb or 1c.2g.20gb"
+    g = int(match["g"])
+    c = int(match["c"]) if match["c"] else g
+    if c not in _SLICES:
+        return f"unknown Compute Instance slice size: {c}"
+    if g not in _SLICES:
+        return f"unknown GPU Instance slice size: {g}"
+    if match["attrs"] is not None:
+        attrs = match["attrs"].split(",")
+        if len(set(attrs)) != len(attrs):
+            return "non unique attribute in list"
+        bad = [a for a in attrs if not _ATTRIBUTE.match(a)]
+        if bad:
+            return f"malformed attribute {bad[0]!r}"
+    return None
