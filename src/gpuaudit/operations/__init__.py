@@ -1,0 +1,10 @@
+"""Remediation operations: pyinfra operations that fix what the audit's rules report.
+
+Each one follows pyinfra's own (``server.modprobe``): read facts, yield only the commands that
+make the difference, otherwise ``host.noop(why)``. A second run therefore changes nothing, and
+``pyinfra --dry`` shows the commands without running them.
+
+- :func:`gpuaudit.operations.persistence.enable` (GA401)
+- :func:`gpuaudit.operations.driver.pin` (GA106)
+- :func:`gpuaudit.operations.services.enable` (GA403, and any unit that must run)
+"""
