@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import importlib
 import re
 
 import pytest
@@ -189,3 +190,12 @@ def test_finding_round_trips_through_dict(make_host, make_gpu):
     assert data["operation"] == "gpuaudit.operations.persistence.enable"
     assert data["score"] == finding.likelihood * finding.impact
     assert type(finding).from_dict(data) == finding
+
+
+def test_every_named_operation_exists_and_is_a_pyinfra_operation():
+    named = {r.operation for r in all_rules() if r.operation}
+    assert named  # persistence, driver pin, services
+    for dotted in named:
+        module, _, name = dotted.rpartition(".")
+        operation = getattr(importlib.import_module(module), name)
+        assert callable(operation) and hasattr(operation, "_inner"), dotted

@@ -154,12 +154,11 @@ def _counts(counts: dict[str, int]) -> str:
     likelihood=4,
     impact=3,
     remediation=(
-        "Apply the site's MIG config to the host (gpuaudit.operations.mig.apply, or "
-        "nvidia-mig-parted apply -f <config> -c <name>) after draining the GPUs; a MIG mode "
+        "Apply the site's MIG config to the host (nvidia-mig-parted apply -f <config> "
+        "-c <name>) after draining the GPUs; a MIG mode "
         "change also needs a GPU reset or reboot."
     ),
     references=(refs.MIG_PARTED, refs.MIG_GUIDE, refs.REF_MIG, refs.SEED_MIG),
-    operation="gpuaudit.operations.mig.apply",
 )
 def mig_layout_drift(rule: Rule, snap: HostSnapshot, ctx: RuleContext) -> Iterable[Finding]:
     """A GPU whose MIG mode or instances are not what the site's mig-parted config asks for.
@@ -176,7 +175,7 @@ def mig_layout_drift(rule: Rule, snap: HostSnapshot, ctx: RuleContext) -> Iterab
     cut differently, or not cut, serves jobs the wrong sizes or none, and the difference is
     invisible until a job lands on it (seed 000: MIG for isolation).
     Evidence: current mode and instance counts against the desired entry.
-    Remediation: apply the config (gpuaudit.operations.mig.apply), resetting where needed.
+    Remediation: apply the config (nvidia-mig-parted apply), resetting where needed.
     """
     policy = host_policy(snap, ctx.policy)
     name = policy.get("mig_config_name")
@@ -243,10 +242,9 @@ def _layout_problems(snap: HostSnapshot, gpu: Gpu, entry: MigEntry) -> list[str]
     remediation=(
         "Write the layout down as a mig-parted config (mig_configs in the site policy) and "
         "name it for the host's group (mig_config_name), so it is checked (GA203) and applied "
-        "the same way everywhere (gpuaudit.operations.mig.apply, also at boot)."
+        "the same way everywhere (nvidia-mig-parted apply, also at boot)."
     ),
     references=(refs.MIG_PARTED, refs.REF_MIG, refs.SEED_MIG, refs.SEED_ANTI_18),
-    operation="gpuaudit.operations.mig.apply",
 )
 def mig_undeclared(rule: Rule, snap: HostSnapshot, ctx: RuleContext) -> Iterable[Finding]:
     """GPUs are partitioned with MIG, but the site declares no MIG layout for the host.
@@ -289,7 +287,7 @@ def mig_undeclared(rule: Rule, snap: HostSnapshot, ctx: RuleContext) -> Iterable
     impact=3,
     remediation=(
         "Partition MIG-capable GPUs of shared hosts with a declared MIG layout "
-        "(gpuaudit.operations.mig.apply); dedicate GPUs that cannot do MIG to one tenant, or "
+        "(nvidia-mig-parted apply); dedicate GPUs that cannot do MIG to one tenant, or "
         "move those tenants to dedicated nodes."
     ),
     references=(
@@ -299,7 +297,6 @@ def mig_undeclared(rule: Rule, snap: HostSnapshot, ctx: RuleContext) -> Iterable
         refs.SEED_ANTI_5,
         refs.SEED_CHECKLIST,
     ),
-    operation="gpuaudit.operations.mig.apply",
 )
 def shared_without_isolation(rule: Rule, snap: HostSnapshot, ctx: RuleContext) -> Iterable[Finding]:
     """A host the site declares multi-tenant whose GPUs are shared whole, without MIG.
