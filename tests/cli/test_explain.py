@@ -8,16 +8,16 @@ from gpuaudit.rules.base import REGISTRY
 
 
 def test_explain_prints_one_rule_in_full(capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["explain", "GA203"]) == 0
+    assert main(["explain", "GA401"]) == 0
     out = capsys.readouterr().out
-    rule = REGISTRY["GA203"]
-    assert out.startswith(f"GA203  {rule.title}\n")
+    rule = REGISTRY["GA401"]
+    assert out.startswith(f"GA401  {rule.title}\n")
     for part in (
-        "category:   mig",
+        "category:   services",
         "owner:      infra",
         "severity:   medium",
         f"likelihood {rule.likelihood} × impact {rule.impact} = {rule.likelihood * rule.impact}",
-        "operation:  gpuaudit.operations.mig.apply",
+        "operation:  gpuaudit.operations.persistence.enable",
         rule.doc,
         f"Remediation: {rule.remediation}",
         *(f"  - {ref}" for ref in rule.references),
