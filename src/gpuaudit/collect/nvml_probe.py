@@ -90,20 +90,17 @@ def constant(module, name, default):
     return getattr(module, name, default)
 
 
-# --- NVIDIA: pynvml (nvidia-ml-py) ----------------------------------------------------------
-
-
-def nvml_error_kind(pynvml):
-    error_class = constant(pynvml, "NVMLError", ())
+def error_kind(error_class, code_of, kinds):
+    """A classifier of a binding's exceptions: its error code mapped through ``kinds``
+    ({code: "not_supported" | "no_permission" | "gpu_lost"}), anything else unreadable."""
 
     def classify(exc):
-        code = getattr(exc, "value", None) if isinstance(exc, error_class) else None
-        if code == NVML_ERROR_NOT_SUPPORTED:
-            return "not_supported"
-        if code == NVML_ERROR_NO_PERMISSION:
-            return "no_permission: " + describe(exc)
-        if code == NVML_ERROR_GPU_IS_LOST:
-            return "gpu_lost: " + describe(exc)
+        code = code_of(exc) if isinstance(exc, error_class) else None
+        kind = kinds.get(code)
+        if kind == "not_supported":
+            return kind
+        if kind:
+            return kind + ": " + describe(exc)
         if code is None:
             return "unreadable: " + type(exc).__name__ + ": " + describe(exc)
         return "unreadable: " + describe(exc)
@@ -111,12 +108,35 @@ def nvml_error_kind(pynvml):
     return classify
 
 
-def read_nvidia(pynvml):
-    doc = {"library": "pynvml", "library_version": constant(pynvml, "__version__", None)}
+def start(module, library, init):
+    """The document's head, and whether the library started (init_error when it did not)."""
+    doc = {"library": library, "library_version": constant(module, "__version__", None)}
     try:
-        pynvml.nvmlInit()
+        getattr(module, init)()
     except Exception as exc:
         doc["init_error"] = describe(exc)
+        return doc, False
+    return doc, True
+
+
+# --- NVIDIA: pynvml (nvidia-ml-py) ----------------------------------------------------------
+
+
+def nvml_error_kind(pynvml):
+    return error_kind(
+        constant(pynvml, "NVMLError", ()),
+        lambda exc: getattr(exc, "value", None),
+        {
+            NVML_ERROR_NOT_SUPPORTED: "not_supported",
+            NVML_ERROR_NO_PERMISSION: "no_permission",
+            NVML_ERROR_GPU_IS_LOST: "gpu_lost",
+        },
+    )
+
+
+def read_nvidia(pynvml):
+    doc, started = start(pynvml, "pynvml", "nvmlInit")
+    if not started:
         return doc
     classify = nvml_error_kind(pynvml)
     try:
@@ -246,27 +266,16 @@ def read_nvidia_retirement(calls, h, gpu):
 
 
 def amd_error_kind(amdsmi):
-    error_class = constant(amdsmi, "AmdSmiLibraryException", ())
-
-    def classify(exc):
-        code = exc.get_error_code() if isinstance(exc, error_class) else None
-        if code == AMDSMI_STATUS_NOT_SUPPORTED:
-            return "not_supported"
-        if code == AMDSMI_STATUS_NO_PERM:
-            return "no_permission: " + describe(exc)
-        if code is None:
-            return "unreadable: " + type(exc).__name__ + ": " + describe(exc)
-        return "unreadable: " + describe(exc)
-
-    return classify
+    return error_kind(
+        constant(amdsmi, "AmdSmiLibraryException", ()),
+        lambda exc: exc.get_error_code(),
+        {AMDSMI_STATUS_NOT_SUPPORTED: "not_supported", AMDSMI_STATUS_NO_PERM: "no_permission"},
+    )
 
 
 def read_amd(amdsmi):
-    doc = {"library": "amdsmi", "library_version": constant(amdsmi, "__version__", None)}
-    try:
-        amdsmi.amdsmi_init()
-    except Exception as exc:
-        doc["init_error"] = describe(exc)
+    doc, started = start(amdsmi, "amdsmi", "amdsmi_init")
+    if not started:
         return doc
     classify = amd_error_kind(amdsmi)
     try:
