@@ -103,19 +103,7 @@ def xid_errors(rule: Rule, snap: HostSnapshot, ctx: RuleContext) -> Iterable[Fin
         yield rule.finding(
             snap,
             " ".join(parts),
-            Evidence(
-                fact="xid_events",
-                actual={
-                    "code": code if code >= 0 else None,
-                    "count": len(events),
-                    "first_seen": events[0].timestamp,
-                    "last_seen": events[-1].timestamp,
-                    "pci_bus_id": events[0].pci_bus_id,
-                    "nvidia_action": entry.action.value,
-                },
-                expected="no XID events",
-                excerpt=_excerpt(events),
-            ),
+            _events_evidence(code, events, "no XID events", nvidia_action=entry.action.value),
             gpu=gpu,
             severity=verdict.severity,
             remediation=verdict.step[:1].upper() + verdict.step[1:] + ".",
@@ -157,19 +145,7 @@ def sxid_errors(rule: Rule, snap: HostSnapshot, ctx: RuleContext) -> Iterable[Fi
             snap,
             f"SXid {code if code >= 0 else '?'} ×{len(events)} on NVSwitch {where[1]}"
             f"{_when(events)}" + (" (fatal)." if fatal else " (non-fatal)."),
-            Evidence(
-                fact="xid_events",
-                actual={
-                    "code": code if code >= 0 else None,
-                    "count": len(events),
-                    "first_seen": events[0].timestamp,
-                    "last_seen": events[-1].timestamp,
-                    "pci_bus_id": where[1],
-                    "fatal": fatal,
-                },
-                expected="no SXid events",
-                excerpt=_excerpt(events),
-            ),
+            _events_evidence(code, events, "no SXid events", pci_bus_id=where[1], fatal=fatal),
             severity=Severity.HIGH if fatal else Severity.MEDIUM,
         )
 
@@ -321,3 +297,20 @@ def _unlisted_place(snap: HostSnapshot, bus_id: str | None) -> str:
         return f"PCI {bus_id} (no GPU with that bus id)"
     gone = " reads all ones (revision ff)" if device.revision == "ff" else " is still listed"
     return f"PCI {bus_id} (not listed by nvidia-smi; on the PCI bus it{gone})"
+
+
+def _events_evidence(code: int, events: list[XidEvent], expected: str, **details: Any) -> Evidence:
+    """How often one code was logged at one place, when first and last, and the lines."""
+    return Evidence(
+        fact="xid_events",
+        actual={
+            "code": code if code >= 0 else None,
+            "count": len(events),
+            "first_seen": events[0].timestamp,
+            "last_seen": events[-1].timestamp,
+            "pci_bus_id": events[0].pci_bus_id,
+            **details,
+        },
+        expected=expected,
+        excerpt=_excerpt(events),
+    )
