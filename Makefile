@@ -17,7 +17,8 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 # The SSH integration test starts a real sshd on 127.0.0.1; the browser tests drive Debian's
-# chromium (Playwright's own browser downloads are never used).
+# chromium (Playwright's own browser downloads are never used); tests/debroot builds Debian roots
+# with debootstrap and indexes its dummy packages with dpkg-scanpackages (dpkg-dev).
 system-deps:
 	@command -v sshd >/dev/null 2>&1 || [ -x /usr/sbin/sshd ] || { \
 		echo "installing openssh-server"; $(APT) update -qq && \
@@ -25,6 +26,10 @@ system-deps:
 	@[ -x /usr/bin/chromium ] || { \
 		echo "installing chromium"; $(APT) update -qq && \
 		DEBIAN_FRONTEND=noninteractive $(APT) install -y -qq chromium; }
+	@{ command -v debootstrap >/dev/null 2>&1 || [ -x /usr/sbin/debootstrap ]; } && \
+		command -v dpkg-scanpackages >/dev/null 2>&1 || { \
+		echo "installing debootstrap dpkg-dev"; $(APT) update -qq && \
+		DEBIAN_FRONTEND=noninteractive $(APT) install -y -qq debootstrap dpkg-dev; }
 
 demo: $(STAMP)
 	$(BIN)/gpuaudit audit inventory/demo.py --policy policies/demo.yaml

@@ -17,6 +17,7 @@ does not apply here.
     a100-hgx-03    driver drift, no fabric manager  t4-01          healthy
     a100-hgx-04    MIG layout, GPU 7 MIG pending    t4-02          persistence off, low rmem_max
     a100-hgx-05    GPU fallen off the bus, XID 79   t4-03          nvidia-smi missing
+    h100-01        healthy, MIG layout to apply
     a10g-01        XID storm                        p100-01        0666 device nodes, no holds
     a10g-02        unreachable                      rtx3090-01     PCIe x8 of x16 under load
     rtx4000ada-01  HW slowdown                      mi100-01       AMD, rocm-smi only
@@ -32,6 +33,20 @@ a100_sxm4_80gb = (
     ],
     {
         "gpu_model": "NVIDIA A100-SXM4-80GB",
+        "gpu_vendor": "nvidia",
+        "expected_gpu_count": 8,
+        "desired_driver_version": "535.161.08",
+        "required_cuda_versions": ["12.2"],
+    },
+)
+
+# Hosts whose MIG layout the demo policy names (its groups mig_a100 and h100_80gb_hbm3).
+mig_a100 = ["@sim/a100-hgx-04"]
+
+h100_80gb_hbm3 = (
+    ["@sim/h100-01"],
+    {
+        "gpu_model": "NVIDIA H100 80GB HBM3",
         "gpu_vendor": "nvidia",
         "expected_gpu_count": 8,
         "desired_driver_version": "535.161.08",
@@ -93,13 +108,16 @@ mi100 = (
     {"gpu_model": "AMD Instinct MI100", "gpu_vendor": "amd", "expected_gpu_count": 6},
 )
 
+# The site policy the demo fleet is audited by and remediated to (GPUAUDIT_POLICY overrides).
 demo = (
     a100_sxm4_80gb[0]
+    + h100_80gb_hbm3[0]
     + v100_pcie_32gb[0]
     + tesla_t4[0]
     + a10g[0]
     + tesla_p100[0]
     + rtx3090[0]
     + rtx4000_ada[0]
-    + mi100[0]
+    + mi100[0],
+    {"gpuaudit_policy": "policies/demo.yaml"},
 )

@@ -136,8 +136,17 @@ def rules_markdown() -> str:
         lines.append(f"Remediation: {r.remediation}")
         if r.operation:
             lines += ["", f"Operation: `{r.operation}`"]
-        lines += ["", "References:", "", *(f"- {ref}" for ref in r.references)]
+        lines += ["", "References:", "", *(f"- {_markdown_reference(ref)}" for ref in r.references)]
     return "\n".join(lines) + "\n"
+
+
+def _markdown_reference(ref: str) -> str:
+    """A reference as docs/rules.md lists it: a docs path becomes a link relative to docs/."""
+    from gpuaudit.report.references import DOCS_PREFIX, docs_page
+
+    if docs_page(ref) is None:
+        return ref
+    return f"[{ref}]({ref.removeprefix(DOCS_PREFIX)})"
 
 
 def cmd_rules(args: argparse.Namespace) -> int:

@@ -41,8 +41,9 @@ from gpuaudit.facts.gpu import GpuAuditSections
 from gpuaudit.model.build import build_snapshot, failed_snapshot
 from gpuaudit.model.status import connection_failed_snapshot, timed_out_snapshot
 from gpuaudit.parsers.bundle import Bundle
-from gpuaudit.policy import Policy, load_policy
+from gpuaudit.policy import Policy, PolicyError, load_policy
 from gpuaudit.report.run import RunDir, new_run_dir
+from gpuaudit.rules.policy_defaults import policy_keys
 
 # Inventory data copied into snapshots. Only these keys: host data also holds connection
 # settings (ssh_password, keys) that must never reach a report.
@@ -74,9 +75,10 @@ _policies: dict[int, Policy | None] = {}
 
 
 def host_data_for_snapshot(h: Host) -> dict[str, Any]:
-    data: dict[str, Any] = {
-        key: h.data.get(key) for key in HOST_DATA_KEYS if h.data.get(key) is not None
-    }
+    """The inventory data the rules and the remediation read for a host: the keys above, every
+    policy setting the host's data sets (see rules.policy_defaults), and its groups."""
+    keys = (*HOST_DATA_KEYS, *policy_keys())
+    data: dict[str, Any] = {key: h.data.get(key) for key in keys if h.data.get(key) is not None}
     data["groups"] = sorted(g for g in h.groups if g != "all")
     return data
 
@@ -107,13 +109,25 @@ def current_policy() -> Policy | None:
     """
     key = id(ctx_state.get())
     if key not in _policies:
-        path = os.environ.get("GPUAUDIT_POLICY")
+        path = policy_path(ctx_state.get())
         policy = load_policy(path) if path else None
         if policy is not None:
             copied = policy.copy_to(current_run().path)
             logger.info(f"--> gpuaudit policy: {path} (copied to {copied})")
         _policies[key] = policy
     return _policies[key]
+
+
+def policy_path(state: State) -> str | None:
+    """The site policy of a run: ``GPUAUDIT_POLICY``, else the ``gpuaudit_policy`` host data
+    the inventory gives (one file for the whole inventory)."""
+    if os.environ.get("GPUAUDIT_POLICY"):
+        return os.environ["GPUAUDIT_POLICY"]
+    named = {str(h.data.get("gpuaudit_policy")) for h in state.inventory}
+    named.discard("None")
+    if len(named) > 1:
+        raise PolicyError(f"the inventory names several policies: {', '.join(sorted(named))}")
+    return named.pop() if named else None
 
 
 def collection_timeouts() -> tuple[int, int]:

@@ -16,7 +16,10 @@ REPO = Path(__file__).resolve().parents[2]
 EXPECTED = {
     "@sim/a100-hgx-02": {("GA304", 3), ("GA301", 3)},  # row remap pending (+ its XID 63)
     "@sim/a100-hgx-03": {("GA402", None), ("GA701", None)},  # fabric manager; driver drift
-    "@sim/a100-hgx-04": {("GA201", 7)},  # MIG mode change pending
+    # MIG mode change pending on GPU 7, which the policy's layout (a100-4x-1g.20gb) wants on.
+    "@sim/a100-hgx-04": {("GA201", 7), ("GA203", 7)},
+    # The policy names all-1g.10gb for it; MIG is still off until remediation applies it.
+    "@sim/h100-01": {("GA203", gpu) for gpu in range(8)},
     "@sim/a100-hgx-05": {("GA301", None), ("GA102", None)},  # XID 79: GPU fell off the bus
     "@sim/v100-02": {("GA101", None)},  # driver does not answer
     "@sim/t4-02": {("GA401", 0), ("GA601", None)},  # persistence off, rmem_max low

@@ -53,3 +53,18 @@ def test_systemd_units_leave_out_missing_and_masked_units() -> None:
     assert SystemdUnits().process(output) == {
         "nvidia-persistenced.service": {"active": "inactive", "enabled": "disabled"}
     }
+
+
+def test_driver_version_from_proc() -> None:
+    from gpuaudit.facts.remediation import NvidiaDriverVersion
+
+    fact = NvidiaDriverVersion()
+    line = (
+        "NVRM version: NVIDIA UNIX x86_64 Kernel Module  535.161.08  Fri Feb 23 12:06:01 UTC 2024"
+    )
+    assert fact.process([line, "GCC version:  gcc version 12.3.0"]) == "535.161.08"
+    open_module = (
+        "NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  560.35.03  Release Build"
+    )
+    assert fact.process([open_module]) == "560.35.03"
+    assert fact.process([]) is None

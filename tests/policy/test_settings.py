@@ -1,134 +1,66 @@
-"""Precedence: built-in defaults < policy defaults < matching groups in file order < inventory."""
+"""One resolver of a host's settings: the rules and the remediation read the same values."""
 
 from __future__ import annotations
 
-import pytest
-from policy_helpers import parse
+from datetime import date
 
-from gpuaudit.policy import PolicyError
-from gpuaudit.rules.policy_defaults import DEFAULT_POLICY
+from gpuaudit.policy import Policy
+from gpuaudit.policy.settings import resolve_settings
 
 POLICY = """
+version: 1
 defaults:
-  desired_driver_branch: "550"
-  expected_gpu_count: 8
-  sysctl_baseline: {net.core.rmem_max: 268435456, net.ipv4.tcp_mtu_probing: 1}
-  thresholds: {retired_pages_limit: 40}
+  sysctl_baseline: {net.core.rmem_max: 268435456}
+  driver_package_patterns: ["^nvidia-driver-", "^cuda-drivers"]
 groups:
-  a100_sxm:
-    desired_driver_version: "550.127.05"
-    expected_gpu_count: 8
-  canary:
-    desired_driver_branch: "560"
-  repair:
-    expected_gpu_count: 6
-  amd:
-    desired_driver_branch: null
+  lab:
+    disabled_rules: [GA602]
+    mig_config_name: all-1g.10gb
+mig-configs:
+  all-1g.10gb:
+    - devices: all
+      mig-enabled: true
+      mig-devices: {"1g.10gb": 7}
+waivers:
+  - {rule: GA601, hosts: "t4-*", reason: "lab host", expires: 2030-12-31, owner: research-it}
+  - {rule: GA401, hosts: "t4-*", gpu: [0], reason: "one GPU", expires: 2030-12-31, owner: x}
+  - {rule: GA106, hosts: "t4-*", reason: "lapsed", expires: 2025-01-31, owner: x}
 """
 
 
-def test_host_in_no_group_gets_the_defaults_over_the_built_in_ones():
-    settings = parse(POLICY).settings_for({"groups": ["unknown"]})
-    assert settings["desired_driver_branch"] == "550"
-    assert settings["retired_pages_limit"] == 40
-    # untouched keys keep the built-in default
-    assert (
-        settings["remapped_rows_uncorrectable_limit"]
-        == DEFAULT_POLICY["remapped_rows_uncorrectable_limit"]
+def test_precedence_defaults_groups_then_host_data() -> None:
+    policy = Policy.from_text(POLICY)
+    settings = resolve_settings(
+        policy, "@sim/t4-02", {"groups": ["lab"], "sysctl_baseline": {"vm.swappiness": 10}}
     )
-
-
-def test_groups_apply_in_file_order_not_in_the_hosts_order():
-    policy = parse(POLICY)
-    # "repair" comes after "a100_sxm" in the file: its 6 wins whatever order the host lists.
-    for groups in (["a100_sxm", "repair"], ["repair", "a100_sxm"]):
-        assert policy.settings_for({"groups": groups})["expected_gpu_count"] == 6
-    assert policy.groups_for(["repair", "canary", "a100_sxm"]) == ["a100_sxm", "canary", "repair"]
-
-
-def test_the_inventory_wins_over_the_policy():
-    policy = parse(POLICY)
-    settings = policy.settings_for({"groups": ["repair"], "expected_gpu_count": 7, "vendor": "amd"})
-    assert settings["expected_gpu_count"] == 7
-    assert settings["gpu_vendor"] == "amd"  # host_data's "vendor" alias
-    # connection settings and other host data are not policy
-    assert "ssh_user" not in policy.settings_for({"ssh_user": "root"})
-
-
-def test_a_driver_pin_replaces_the_other_precision():
-    policy = parse(POLICY)
-    exact = policy.settings_for({"groups": ["a100_sxm"]})
-    assert exact["desired_driver_version"] == "550.127.05"
-    assert exact["desired_driver_branch"] is None
-    # canary comes later in the file: its branch replaces a100_sxm's exact version
-    canary = policy.settings_for({"groups": ["a100_sxm", "canary"]})
-    assert canary["desired_driver_branch"] == "560"
-    assert canary["desired_driver_version"] is None
-    # and the inventory's exact version replaces any policy branch
-    pinned = policy.settings_for({"groups": ["canary"], "desired_driver_version": "560.35.03"})
-    assert (pinned["desired_driver_version"], pinned["desired_driver_branch"]) == (
-        "560.35.03",
-        None,
-    )
-
-
-def test_null_restores_no_opinion():
-    assert parse(POLICY).settings_for({"groups": ["amd"]})["desired_driver_branch"] is None
-
-
-def test_nested_maps_merge_key_by_key():
-    baseline = parse(POLICY).settings_for({})["sysctl_baseline"]
-    assert baseline == {
-        "net.core.rmem_max": 268435456,
-        "net.core.wmem_max": DEFAULT_POLICY["sysctl_baseline"]["net.core.wmem_max"],
-        "net.ipv4.tcp_mtu_probing": 1,
+    assert settings.sysctl_baseline == {
+        "net.core.rmem_max": "268435456",  # the policy's defaults over the built-in value
+        "net.core.wmem_max": "134217728",  # built in
+        "vm.swappiness": "10",  # host data, merged key by key
     }
+    assert settings.driver_package_patterns == ("^nvidia-driver-", "^cuda-drivers")
+    assert settings.mig_config_name == "all-1g.10gb"
+    assert settings.mig_configs["all-1g.10gb"][0]["mig-devices"] == {"1g.10gb": 7}
+    assert settings.disabled_rules == frozenset({"GA602"})
+    outside = resolve_settings(policy, "@sim/a100-01", {})
+    assert outside.mig_config_name is None and outside.disabled_rules == frozenset()
 
 
-def test_settings_for_a_snapshot_reads_its_host_data(make_host):
-    policy = parse(POLICY)
-    host = make_host("gpu-a100-003", groups=["a100_sxm"])
-    # the factory's host_data sets expected_gpu_count to the host's 2 GPUs: inventory wins
-    assert policy.settings_for(host)["expected_gpu_count"] == 2
-    assert policy.settings_for(host)["desired_driver_version"] == "550.127.05"
+def test_skip_reasons_for_disabled_and_waived_rules() -> None:
+    settings = resolve_settings(Policy.from_text(POLICY), "@sim/t4-02", {"groups": ["lab"]})
+    on = date(2026, 12, 1)
+    assert "disabled for this host by the site policy" in str(settings.skip_reason("GA602", on))
+    waived = settings.skip_reason("GA601", on)
+    assert waived is not None and "until 2030-12-31 by research-it" in waived
+    assert "lab host" in waived
+    assert settings.skip_reason("GA401", on) is None  # waived for GPU 0 only: still fixed
+    assert settings.skip_reason("GA106", on) is None  # the waiver lapsed
+    assert settings.skip_reason("GA601", date(2031, 1, 1)) is None
+    other = resolve_settings(Policy.from_text(POLICY), "@sim/a100-01", {})
+    assert other.skip_reason("GA601", on) is None
 
 
-def test_settings_are_copies():
-    policy = parse(POLICY)
-    policy.settings_for({})["sysctl_baseline"]["net.core.rmem_max"] = 1
-    assert policy.settings_for({})["sysctl_baseline"]["net.core.rmem_max"] == 268435456
-
-
-CAPACITY = """
-defaults:
-  capacity_model_sizes_b: [7, 70.5]
-  nvlink_expected: null
-  datacenter_gpu_name_patterns: ["^NVIDIA [ABHL]\\\\d"]
-  required_models:
-    - {name: llama-70b, params_b: 70, precision: int8, kv_cache_gib: 8}
-groups:
-  h100_sxm:
-    nvlink_expected: true
-    required_models:
-      - {params_b: 405, layers: 126, heads: 8, head_dim: 128, context_length: 8192}
-"""
-
-
-def test_capacity_and_nvlink_settings_are_typed():
-    policy = parse(CAPACITY)
-    settings = policy.settings_for({"groups": ["h100_sxm"]})
-    assert settings["capacity_model_sizes_b"] == [7, 70.5]
-    assert settings["nvlink_expected"] is True
-    assert settings["required_models"] == [
-        {"params_b": 405, "layers": 126, "heads": 8, "head_dim": 128, "context_length": 8192}
-    ]
-    assert policy.settings_for({"groups": []})["required_models"][0]["precision"] == "int8"
-
-
-def test_bad_capacity_settings_name_their_line():
-    bad = CAPACITY.replace("layers: 126", "layerz: 126").replace("[7, 70.5]", "[7, big]")
-    with pytest.raises(PolicyError) as error:
-        parse(bad)
-    text = str(error.value)
-    assert "unknown key 'layerz'" in text and "did you mean 'layers'" in text
-    assert "capacity_model_sizes_b[1]" in text
+def test_without_a_policy_host_data_still_counts() -> None:
+    settings = resolve_settings(None, "h", {"disabled_rules": ["GA601"]})
+    assert settings.skip_reason("GA601") is not None
+    assert settings.sysctl_baseline["net.core.rmem_max"] == "134217728"

@@ -143,7 +143,10 @@ def finding(
             fact="gpus[0].remapped_rows.pending", actual=True, expected=False, excerpt=excerpt
         ),
         remediation="Drain the node and reset the GPU.",
-        references=("https://docs.nvidia.com/deploy/a100-gpu-mem-error-mgmt/", "seed §3"),
+        references=(
+            "https://docs.nvidia.com/deploy/a100-gpu-mem-error-mgmt/",
+            "docs/field-guide/gpu-memory-errors.md#row-remapping",
+        ),
         gpu=gpu_index,
         gpu_name="NVIDIA H100 80GB HBM3" if gpu_index is not None else None,
         operation="gpuaudit.operations.gpu.reset",

@@ -1,4 +1,4 @@
-"""Readiness checklists: seed items, rule mapping, scores per host and fleet."""
+"""Readiness checklists: items as the docs state them, rule mapping, scores per host and fleet."""
 
 from __future__ import annotations
 
@@ -12,19 +12,26 @@ from gpuaudit.report.checklists import CHECKLISTS, NOT_CHECKED
 from gpuaudit.report.register import build_register
 from gpuaudit.rules.base import REGISTRY, Severity
 
-# The seed documents sit next to the repository when it is checked out with them.
-SEED = Path(__file__).resolve().parents[3] / "shared" / "seeds"
+DOCS = Path(__file__).resolve().parents[2] / "docs" / "field-guide" / "readiness-checklists.md"
 
 
-def test_items_quote_the_seed_and_name_real_rules() -> None:
+def test_items_are_the_documented_ones_and_name_real_rules() -> None:
     assert gpuaudit.rules  # importing the package registers the catalogue
-    seeds = list(SEED.glob("004_*.txt")) if SEED.is_dir() else []
-    text = seeds[0].read_text(encoding="utf-8") if seeds else ""
+    page = DOCS.read_text(encoding="utf-8")
+    # The page's tables: "| PP1 | <item text> | <rules> | ..." per item.
+    rows = {
+        m.group(1): [cell.strip() for cell in m.group(2).split("|")]
+        for m in re.finditer(r"^\| ((?:PP|PR)\d) \|(.*)\|$", page, re.MULTILINE)
+    }
+    ids = [item.id for checklist in CHECKLISTS for item in checklist.items]
+    assert sorted(rows) == sorted(ids)
     for checklist in CHECKLISTS:
+        assert checklist.reference.startswith("docs/field-guide/readiness-checklists.md#")
         for item in checklist.items:
             assert re.fullmatch(r"(PP|PR)\d", item.id)
-            if text:
-                assert f"• {item.text}" in text, item.text
+            assert rows[item.id][0] == item.text, item.id
+            if item.rules:  # the page names the rules that fail the item
+                assert rows[item.id][1] == ", ".join(item.rules), item.id
             for code in item.rules:
                 assert code in REGISTRY, (item.id, code)
             assert item.note
@@ -44,7 +51,10 @@ def test_scores_per_host_and_fleet() -> None:
     pre = reg["checklists"]["pre_production"]
     assert pre["title"] == "Pre-production checklist"
     assert [i["id"] for i in pre["items"]] == ["PP1", "PP2", "PP3", "PP4"]
-    assert pre["items"][0]["text"] == "Validate model size fits GPU memory."
+    assert (
+        pre["items"][0]["text"] == "Every model to be served fits in the GPU memory of its hosts."
+    )
+    assert pre["reference"] == "docs/field-guide/readiness-checklists.md#pre-production-checklist"
     assert all(i["checked"] for i in pre["items"])
     assert pre["hosts"]["ok-1"] == {
         "passed": 4,
@@ -62,7 +72,7 @@ def test_scores_per_host_and_fleet() -> None:
 
     prod = reg["checklists"]["production_readiness"]
     assert [i["checked"] for i in prod["items"]] == [False] * 4
-    assert prod["items"][0]["text"] == "SLOs defined and observed."
+    assert prod["items"][0]["text"] == "Service level objectives are defined and measured."
     # Not checked is not passed: no score at all rather than 100%.
     assert prod["fleet"] == {"passed": 0, "checked": 0, "score_pct": None}
     assert prod["hosts"]["ok-1"]["score_pct"] is None

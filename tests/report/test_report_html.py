@@ -182,6 +182,44 @@ def test_reference_links_only_for_http_urls() -> None:
     assert 'href="javascript:' not in page
 
 
+def test_docs_references_link_only_to_pages_beside_the_page() -> None:
+    refs = (
+        "docs/field-guide/xid.md#common-xid-codes",
+        "docs/field-guide/mig.md",
+        "docs/../etc/passwd.md",
+        'docs/field-guide/xid.md#x" onclick="alert(1)',
+        "javascript:docs/field-guide/xid.md",
+    )
+    f = finding()
+    snaps = [healthy_host()]
+    register = build_register(
+        snaps, [Finding(**{**f.__dict__, "references": refs})], generated_at=GENERATED_AT
+    )
+    # Without the pages beside it the page links none of them: the paths stay text.
+    assert [
+        linked for _, linked in _data(render_html(register, snaps))["risks"][0]["references"]
+    ] == [False] * 5
+    page = render_html(register, snaps, docs_pages=frozenset({"docs/field-guide/xid.md"}))
+    assert _data(page)["risks"][0]["references"] == [
+        ["docs/field-guide/xid.md#common-xid-codes", True],
+        ["docs/field-guide/mig.md", False],  # not beside the page
+        ["docs/../etc/passwd.md", False],
+        ['docs/field-guide/xid.md#x" onclick="alert(1)', False],
+        ["javascript:docs/field-guide/xid.md", False],
+    ]
+    # The checklists panel links its reference the same way, escaped like every value.
+    checklists = page.split('id="checklists"', 1)[1].split("</section>", 1)[0]
+    assert "docs/field-guide/readiness-checklists.md#pre-production-checklist" in checklists
+    assert '<a href="docs/' not in checklists
+    linked = render_html(
+        register, snaps, docs_pages=frozenset({"docs/field-guide/readiness-checklists.md"})
+    )
+    checklists = linked.split('id="checklists"', 1)[1].split("</section>", 1)[0]
+    assert (
+        '<a href="docs/field-guide/readiness-checklists.md#pre-production-checklist"' in checklists
+    )
+
+
 def test_csp_script_hash_matches_the_inline_script(
     fleet: list[HostSnapshot], fleet_findings: list[Finding]
 ) -> None:

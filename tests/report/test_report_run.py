@@ -21,6 +21,8 @@ from gpuaudit.report.run import (
 )
 from gpuaudit.rules.base import Finding, Severity
 
+REPO = Path(__file__).resolve().parents[2]
+
 
 @pytest.fixture
 def fake_rules(monkeypatch: pytest.MonkeyPatch) -> list[tuple[list[HostSnapshot], object]]:
@@ -126,6 +128,37 @@ def test_write_report_with_given_findings(tmp_path: Path) -> None:
     assert [h["name"] for h in register["hosts"]] == ["h1", "h2"]
     assert register["findings"][0]["rule"] == "GA301"
     assert "GA301" in html.read_text()
+
+
+def test_write_report_puts_the_cited_docs_beside_the_page(tmp_path: Path) -> None:
+    run = RunDir(tmp_path / "run")
+    html = run.write_report([healthy_host("h1")], [finding("GA301", host="h1")])
+    # The finding cites docs/field-guide/gpu-memory-errors.md#row-remapping; the checklists
+    # cite readiness-checklists.md; pages they link to come along, so their links work too.
+    for page in ("gpu-memory-errors.md", "readiness-checklists.md", "xid.md", "llm-memory.md"):
+        copy = run.path / "docs" / "field-guide" / page
+        assert copy.read_text() == (REPO / "docs" / "field-guide" / page).read_text(), page
+    assert (run.path / "docs" / "rules.md").is_file()
+    assert not list((run.path / "docs").rglob(".*.tmp"))
+    text = html.read_text()
+    data = json.loads(text.split('id="gpuaudit-data">', 1)[1].split("</script>", 1)[0])
+    assert ["docs/field-guide/gpu-memory-errors.md#row-remapping", True] in data["risks"][0][
+        "references"
+    ]
+    assert '<a href="docs/field-guide/readiness-checklists.md#pre-production-checklist"' in text
+
+
+def test_write_report_without_docs_leaves_docs_references_as_text(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # gpuaudit installed without its source tree: no docs to copy, so no links to them.
+    monkeypatch.setattr(run_module, "DOCS_DIR", tmp_path / "no-docs")
+    run = RunDir(tmp_path / "run")
+    html = run.write_report([healthy_host("h1")], [finding("GA301", host="h1")])
+    assert not (run.path / "docs").exists()
+    text = html.read_text()
+    assert '<a href="docs/' not in text
+    assert '["docs/field-guide/gpu-memory-errors.md#row-remapping",false]' in text
 
 
 def test_write_report_evaluates_rules_when_no_findings_given(

@@ -63,7 +63,7 @@ def test_wrong_instances_and_wrong_mode(make_host, make_gpu, findings):
     result = {f.gpu: f for f in findings("GA203", snap)}
     assert sorted(result) == [0, 1]
     first = result[0]
-    assert (first.severity, first.operation) == (Severity.MEDIUM, None)
+    assert (first.severity, first.operation) == (Severity.MEDIUM, "gpuaudit.operations.mig.apply")
     assert first.evidence.actual["gpu_instances"] == {"1g.10gb": 4, "2g.20gb": 1}
     assert first.evidence.expected == {"mig_enabled": True, "gpu_instances": {"1g.10gb": 7}}
     assert "4× 1g.10gb, 1× 2g.20gb, the config wants 7× 1g.10gb" in first.message

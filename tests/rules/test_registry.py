@@ -199,3 +199,37 @@ def test_every_named_operation_exists_and_is_a_pyinfra_operation():
         module, _, name = dotted.rpartition(".")
         operation = getattr(importlib.import_module(module), name)
         assert callable(operation) and hasattr(operation, "_inner"), dotted
+
+
+def _rule_texts():
+    for r in all_rules():
+        yield r.code, " ".join([r.title, r.remediation, r.doc or ""])
+
+
+def test_every_operation_and_subcommand_named_in_rule_texts_exists():
+    import argparse
+    import re
+
+    from gpuaudit.cli import build_parser
+
+    subparsers = next(
+        a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction)
+    )
+    commands = set(subparsers.choices)
+    seen_operations = 0
+    for code, text in _rule_texts():
+        for dotted in re.findall(r"gpuaudit\.operations\.[a-z_]+\.[a-z_]+", text):
+            module, _, name = dotted.rpartition(".")
+            operation = getattr(importlib.import_module(module), name, None)
+            assert operation is not None and hasattr(operation, "_inner"), (code, dotted)
+            seen_operations += 1
+        # A command as texts write one: in backquotes or parentheses, or opening a line.
+        for command in re.findall(r"(?:^|`|\(|: )gpuaudit ([a-z][a-z-]+)", text, re.M):
+            assert command in commands, (code, f"gpuaudit {command}")
+    assert seen_operations >= 6
+
+
+def test_a_rule_with_an_operation_names_it_in_its_remediation():
+    for r in all_rules():
+        if r.operation:
+            assert r.operation in r.remediation, r.code

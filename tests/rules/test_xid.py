@@ -140,7 +140,10 @@ def test_legacy_fallen_off_bus_counts_as_79(make_host, findings):
 def test_xid_63_shows_where_other_readings_differ(make_host, findings):
     (f,) = findings("GA301", make_host(xid_events=(xid(63),)))
     assert "NVIDIA: IGNORE" in f.message
-    assert "seed 000 says 'too many ECC errors, replace GPU'" in f.message
+    assert (
+        "field guide: ECC errors piling up: plan to replace the GPU "
+        "(docs/field-guide/xid.md#common-xid-codes)"
+    ) in f.message
     assert "Azure HPC health checks fail the node" in f.message
     assert "AWS EKS" in f.message
     # DCGM has no verdict on 63, so it is not listed.

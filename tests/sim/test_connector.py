@@ -45,7 +45,7 @@ def test_connect_facts_and_unreachable_host(sim_dir: Path) -> None:
     }
     assert listed["@sim/t4-01"].startswith("GPU 0: Tesla T4 (UUID: GPU-")
     assert listed["@sim/gpu-node-7"].count("NVIDIA A100-SXM4-80GB") == 7  # GPU 5 is lost
-    assert (sim_dir / "gpu-node-7" / "state.json").exists()
+    assert (sim_dir / "gpu-node-7" / "root/var/lib/gpuaudit-sim/state.json").exists()
     disconnect_all(state)
 
 

@@ -11,6 +11,9 @@ import re
 
 from pyinfra.api import FactBase, QuoteString, StringCommand
 
+from gpuaudit.parsers.errors import ParseError
+from gpuaudit.parsers.system import parse_driver_proc
+
 # "0, Enabled": nvidia-smi's CSV without header, one GPU a line.
 _PERSISTENCE_LINE = re.compile(r"^\s*(\d+)\s*,\s*(.+?)\s*$")
 # Properties of one unit as `systemctl show` prints them, blocks separated by blank lines.
@@ -51,6 +54,32 @@ class PersistenceModes(FactBase[dict[str, str]]):
             if match:
                 modes[match.group(1)] = match.group(2)
         return modes
+
+
+class NvidiaDriverVersion(FactBase["str | None"]):
+    """
+    The version of the NVIDIA kernel module that is loaded, from /proc/driver/nvidia/version;
+    None when no NVIDIA module is loaded.
+
+    .. code:: python
+
+        "535.161.08"
+    """
+
+    @staticmethod
+    def default() -> str | None:
+        return None
+
+    def command(self) -> str:
+        return "cat /proc/driver/nvidia/version 2>/dev/null || true"
+
+    def process(self, output: list[str]) -> str | None:
+        if not any(line.strip() for line in output):
+            return None
+        try:
+            return parse_driver_proc("\n".join(output))
+        except ParseError:
+            return None
 
 
 class AptHolds(FactBase[list[str]]):

@@ -7,4 +7,6 @@ make the difference, otherwise ``host.noop(why)``. A second run therefore change
 - :func:`gpuaudit.operations.persistence.enable` (GA401)
 - :func:`gpuaudit.operations.driver.pin` (GA106)
 - :func:`gpuaudit.operations.services.enable` (GA403, and any unit that must run)
+- :func:`gpuaudit.operations.mig.apply` (GA203, GA201: the site's mig-parted MIG layout;
+  planned in ``mig_plan`` / ``mig_commands``, which import no pyinfra)
 """

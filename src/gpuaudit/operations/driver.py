@@ -1,52 +1,237 @@
-"""Hold the NVIDIA driver packages against unattended upgrades (GA106)."""
+"""Pin the NVIDIA driver packages together so that no upgrade moves one apart (GA106, GA121).
+
+An unattended upgrade that replaces the user-space libraries (``libnvidia-*``) or fabric manager
+while the old kernel module stays loaded leaves NVML failing with "Driver/library version
+mismatch". The driver, its libraries and fabric manager are therefore pinned as one set: on
+apt hosts with a preferences file (``Pin-Priority: 1001``) and ``apt-mark hold``, on dnf and
+yum hosts with ``versionlock``. The staged upgrade calls :func:`unpin`, installs, then
+:func:`pin` at the new version.
+"""
 
 from __future__ import annotations
 
+import posixpath
 import re
 from collections.abc import Generator, Iterable
+from io import StringIO
 
 from pyinfra import host
-from pyinfra.api import QuoteString, StringCommand, operation
+from pyinfra.api import FileUploadCommand, QuoteString, StringCommand, operation
+from pyinfra.api.exceptions import OperationError, OperationValueError
 from pyinfra.facts.deb import DebPackages
+from pyinfra.facts.rpm import RpmPackages
 from pyinfra.facts.server import Which
 
+from gpuaudit.facts.packages import (
+    AptPinFile,
+    DnfVersionlockPlugin,
+    DnfVersionLocks,
+    apt_pin_versions,
+    driver_packages,
+    locks_to_change,
+    render_apt_preferences,
+    valid_version,
+    version_mismatches,
+    versionlock_plugin,
+)
 from gpuaudit.facts.remediation import AptHolds
-from gpuaudit.rules.policy_defaults import DEFAULT_POLICY
+from gpuaudit.operations.settings import host_settings
+
+DEFAULT_PIN_FILE = "/etc/apt/preferences.d/gpuaudit-nvidia-driver"
+# Packages that must move with the driver beyond the policy's patterns: every user-space
+# library (libnvidia-nscq-* included; the container toolkit's libnvidia-container* has its own
+# versions and is no part of the driver), fabric manager (Debian nvidia-fabricmanager-*, RPM
+# nvidia-fabric-manager) and IMEX.
+CO_PINNED_PATTERNS = (r"libnvidia-(?!container)", r"nvidia-fabric-?manager", r"nvidia-imex")
+# apt reads only preferences.d files named like this (apt_preferences(5)): no extension or
+# ".pref", letters, digits, "_", "-" and ".".
+_APT_PREFERENCES_NAME = re.compile(r"^(?:[A-Za-z0-9_-]+|[A-Za-z0-9_.-]+\.pref)$")
+
+Commands = Generator[StringCommand | FileUploadCommand, None, None]
 
 
 @operation()
-def pin(patterns: Iterable[str] | None = None) -> Generator[StringCommand, None, None]:
+def pin(
+    version: str | None = None,
+    patterns: Iterable[str] | None = None,
+    pin_file: str = DEFAULT_PIN_FILE,
+) -> Commands:
     """
-    Hold every installed NVIDIA driver package that is not held yet (``apt-mark hold``).
+    Pin the installed NVIDIA driver packages, all at one version, against upgrades.
 
-    + patterns: package-name regular expressions matched from the start (default: the
-      policy's ``driver_package_patterns``, the same list rule GA106 reads)
+    + version: the driver version to pin (``550.127.05``); the installed packages must already
+      be at it, pinning installs nothing. None pins the versions installed now
+    + patterns: package-name regular expressions matched from the start (default: host data's
+      or the policy's ``driver_package_patterns``, with the driver's libraries, fabric manager
+      and IMEX added so that they are pinned together with it)
+    + pin_file: the apt preferences file gpuaudit writes (apt hosts only)
 
-    Only apt hosts are supported so far; on an rpm host the operation changes nothing and
-    says so.
+    apt hosts: the preferences file pins each package at its version (priority 1001), written
+    whole when it differs, and ``apt-mark hold`` holds the packages not held yet. dnf and yum
+    hosts: ``versionlock`` locks each package at its installed version, installing the plugin
+    first where it is missing. A package counts when its version names a driver release.
 
     .. code:: python
 
-        driver.pin(name="Hold the NVIDIA driver packages")
+        driver.pin(name="Pin the NVIDIA driver packages")
+        driver.pin(name="Pin driver 550.127.05", version="550.127.05")
     """
-    regexes = [
-        re.compile(p)
-        for p in (patterns if patterns is not None else DEFAULT_POLICY["driver_package_patterns"])
-    ]
-    if not host.get_fact(Which, "apt-mark"):
-        if host.get_fact(Which, "rpm"):
-            host.noop("rpm host: holding driver packages is only supported with apt so far")
-        else:
-            host.noop("no apt-mark on the host: no Debian packages to hold")
+    if version is not None and not valid_version(version):
+        raise OperationValueError(f"not a package version: {version!r}")
+    _check_pin_file(pin_file)
+    regexes = _driver_regexes(patterns)
+    if host.get_fact(Which, "apt-mark"):
+        yield from _pin_apt(version, regexes, pin_file)
         return
-    installed = host.get_fact(DebPackages)
-    driver = sorted(name for name in installed if any(rx.match(name) for rx in regexes))
+    manager = _rpm_manager()
+    if manager:
+        yield from _pin_rpm(manager, version, regexes)
+        return
+    host.noop("no apt or dnf on the host: no driver packages to pin")
+
+
+@operation()
+def unpin(patterns: Iterable[str] | None = None, pin_file: str = DEFAULT_PIN_FILE) -> Commands:
+    """
+    Release the NVIDIA driver packages that :func:`pin` pinned.
+
+    + patterns: package-name regular expressions, as for :func:`pin`
+    + pin_file: the apt preferences file :func:`pin` wrote
+
+    apt hosts: the preferences file is removed and the held driver packages are unheld. dnf
+    and yum hosts: the driver packages' version locks are deleted. Nothing else changes, so an
+    upgrade run right after moves the driver packages and nothing more.
+
+    .. code:: python
+
+        driver.unpin(name="Release the NVIDIA driver packages")
+    """
+    _check_pin_file(pin_file)
+    regexes = _driver_regexes(patterns)
+    if host.get_fact(Which, "apt-mark"):
+        yield from _unpin_apt(regexes, pin_file)
+        return
+    manager = _rpm_manager()
+    if manager:
+        yield from _unpin_rpm(manager, regexes)
+        return
+    host.noop("no apt or dnf on the host: no driver packages to unpin")
+
+
+def _patterns() -> list[str]:
+    """The host's driver package patterns, from the settings its audit is judged by."""
+    return list(host_settings().driver_package_patterns)
+
+
+def _driver_regexes(patterns: Iterable[str] | None) -> list[re.Pattern[str]]:
+    """Patterns given are used as given; by default the co-pinned packages join the host's."""
+    if patterns is not None:
+        chosen = list(patterns)
+    else:
+        chosen = _patterns()
+        chosen += [p for p in CO_PINNED_PATTERNS if p not in chosen]
+    return [re.compile(p) for p in chosen]
+
+
+def _check_pin_file(pin_file: str) -> None:
+    name = posixpath.basename(pin_file)
+    if not posixpath.isabs(pin_file) or not _APT_PREFERENCES_NAME.match(name):
+        raise OperationValueError(
+            f"pin_file {pin_file!r}: apt reads only absolute preferences.d files named with "
+            "letters, digits, '_', '-' and '.', with no extension or '.pref'"
+        )
+
+
+def _rpm_manager() -> str | None:
+    for manager in ("dnf", "yum"):
+        if host.get_fact(Which, manager):
+            return manager
+    return None
+
+
+def _selected(
+    installed: dict[str, set[str]], regexes: list[re.Pattern[str]], version: str | None
+) -> dict[str, str]:
+    """The driver packages to pin; refuses when ``version`` is not the one installed."""
+    packages = driver_packages(installed, regexes)
+    if version is not None:
+        others = version_mismatches(packages, version)
+        if others:
+            listed = ", ".join(f"{name} {v}" for name, v in others.items())
+            raise OperationError(
+                f"cannot pin driver {version}: installed driver packages are at other "
+                f"versions ({listed}); pinning installs nothing, so install {version} first "
+                "(the staged upgrade installs, then pins)"
+            )
+    return packages
+
+
+def _pin_apt(version: str | None, regexes: list[re.Pattern[str]], pin_file: str) -> Commands:
+    packages = _selected(host.get_fact(DebPackages), regexes, version)
+    if not packages:
+        host.noop("no NVIDIA driver package is installed")
+        return
+    content = render_apt_preferences(apt_pin_versions(packages, version))
+    rewrite = host.get_fact(AptPinFile, path=pin_file) != content
+    if rewrite:
+        yield FileUploadCommand(StringIO(content), pin_file)
+        # Uploads land with the mode of a private temporary file; apt run by any user must
+        # read the pin, or it silently ignores it.
+        yield StringCommand("chmod", "644", QuoteString(pin_file))
     holds: list[str] = host.get_fact(AptHolds)
-    held = set(holds)
-    unheld = [name for name in driver if name not in held]
+    unheld = [name for name in packages if name not in holds]
     if unheld:
         yield StringCommand("apt-mark", "hold", *(QuoteString(name) for name in unheld))
-    elif driver:
-        host.noop(f"driver packages already held: {', '.join(driver)}")
-    else:
+    elif not rewrite:
+        host.noop(f"driver packages already pinned and held: {', '.join(packages)}")
+
+
+def _unpin_apt(regexes: list[re.Pattern[str]], pin_file: str) -> Commands:
+    pinned = host.get_fact(AptPinFile, path=pin_file) is not None
+    if pinned:
+        yield StringCommand("rm", "-f", QuoteString(pin_file))
+    holds: list[str] = host.get_fact(AptHolds)
+    packages = driver_packages(host.get_fact(DebPackages), regexes)
+    release = [name for name in packages if name in holds]
+    if release:
+        yield StringCommand("apt-mark", "unhold", *(QuoteString(name) for name in release))
+    elif not pinned:
+        host.noop("no driver package is pinned or held")
+
+
+def _pin_rpm(manager: str, version: str | None, regexes: list[re.Pattern[str]]) -> Commands:
+    packages = _selected(host.get_fact(RpmPackages), regexes, version)
+    if not packages:
         host.noop("no NVIDIA driver package is installed")
+        return
+    locks: dict[str, list[str]] = {}
+    if host.get_fact(DnfVersionlockPlugin, manager=manager):
+        locks = host.get_fact(DnfVersionLocks, manager=manager)
+    else:
+        plugin = versionlock_plugin(manager)
+        yield StringCommand(QuoteString(manager), "install -y", QuoteString(plugin))
+    delete, lock = locks_to_change(packages, locks)
+    if delete:
+        yield _versionlock(manager, "delete", delete)
+    if lock:
+        yield _versionlock(manager, "add", [f"{name}-{packages[name]}" for name in lock])
+    else:
+        host.noop(f"driver packages already locked: {', '.join(packages)}")
+
+
+def _unpin_rpm(manager: str, regexes: list[re.Pattern[str]]) -> Commands:
+    if not host.get_fact(DnfVersionlockPlugin, manager=manager):
+        host.noop(f"no driver package is locked: the {manager} versionlock plugin is missing")
+        return
+    locks = host.get_fact(DnfVersionLocks, manager=manager)
+    locked = driver_packages(locks, regexes)
+    if locked:
+        yield _versionlock(manager, "delete", list(locked))
+    else:
+        host.noop("no driver package is locked")
+
+
+def _versionlock(manager: str, verb: str, specs: list[str]) -> StringCommand:
+    return StringCommand(
+        QuoteString(manager), "versionlock", verb, *(QuoteString(spec) for spec in specs)
+    )

@@ -7,7 +7,7 @@ from collections.abc import Generator, Iterable
 from pyinfra import host
 from pyinfra.api import QuoteString, StringCommand, operation
 
-from gpuaudit.facts.remediation import SystemdUnits, unit_name
+from gpuaudit.facts.remediation import NvidiaDriverVersion, SystemdUnits, unit_name
 
 
 def needs_enable(state: dict[str, str]) -> bool:
@@ -16,11 +16,15 @@ def needs_enable(state: dict[str, str]) -> bool:
 
 
 @operation()
-def enable(names: Iterable[str]) -> Generator[StringCommand, None, None]:
+def enable(
+    names: Iterable[str], needs_driver: bool = False
+) -> Generator[StringCommand, None, None]:
     """
     Enable and start the named systemd units where they are installed.
 
     + names: unit names (``nvidia-dcgm`` or ``nvidia-dcgm.service``)
+    + needs_driver: the units need the NVIDIA driver (DCGM does): on a host whose driver is
+      not loaded they are left alone with the reason, since they would fail to start
 
     Units the host does not have are left alone: installing them is a package decision this
     operation does not make. One ``systemctl enable --now`` covers every unit that is stopped
@@ -31,6 +35,12 @@ def enable(names: Iterable[str]) -> Generator[StringCommand, None, None]:
         services.enable(name="Run DCGM", names=["nvidia-dcgm", "dcgm-exporter"])
     """
     wanted = [unit_name(name) for name in names]
+    if needs_driver and host.get_fact(NvidiaDriverVersion) is None:
+        host.noop(
+            f"the NVIDIA driver is not loaded: {', '.join(wanted)} would not start; "
+            "left as they are until the driver loads"
+        )
+        return
     units = host.get_fact(SystemdUnits, units=wanted)
     present = [unit for unit in wanted if unit in units]
     todo = [unit for unit in present if needs_enable(units[unit])]

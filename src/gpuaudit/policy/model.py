@@ -75,7 +75,10 @@ class Waiver:
             return False
         if self.gpus is not None and finding.gpu not in self.gpus:
             return False
-        return any(_host_matches(finding.host, pattern) for pattern in self.hosts)
+        return self.covers_host(finding.host)
+
+    def covers_host(self, host: str) -> bool:
+        return any(_host_matches(host, pattern) for pattern in self.hosts)
 
     def expired(self, on: date) -> bool:
         return _day(on) > self.expires

@@ -1,7 +1,8 @@
-"""Readiness checklists: seed 004's pre-production and production-readiness lists, scored.
+"""Readiness checklists: the pre-production and production-readiness lists, scored.
 
-Each item is quoted from the seed ("What is gpu? … How to Measure It", section Checklists) and
-mapped to the rule codes whose **open** findings fail it. An item no rule can check (SLOs,
+The lists and what gpuaudit verifies of each item are documented in
+docs/field-guide/readiness-checklists.md (each checklist's ``reference``); every item is mapped
+to the rule codes whose **open** findings fail it. An item no rule can check (SLOs,
 autoscaling, runbooks, cost limits: facts that live outside the hosts) is listed with
 ``checked: false`` and never counts as passed: the register must not turn "not looked at" into
 "fine". Waived findings do not fail an item.
@@ -11,7 +12,8 @@ Scores are per host (items passed / items checked) and for the fleet (host × it
 item: nothing about it was verified.
 
 Codes are stable and never reused, so this map stays valid as the catalogue grows; a new rule
-that verifies an item is added to the item's ``rules``.
+that verifies an item is added to the item's ``rules``. Item ids are stable too, so scores and
+failed items compare from one run's register to the next.
 """
 
 from __future__ import annotations
@@ -20,13 +22,15 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from gpuaudit.rules.refs import GUIDE_PREPRODUCTION, GUIDE_PRODUCTION
+
 NOT_CHECKED = "not checked by gpuaudit"
 
 
 @dataclass(frozen=True)
 class ChecklistItem:
     id: str
-    text: str  # quoted from the seed, word for word
+    text: str  # as docs/field-guide/readiness-checklists.md states it
     rules: tuple[str, ...]
     note: str  # what the rules verify of the item, or why it cannot be checked
 
@@ -36,6 +40,7 @@ class Checklist:
     key: str
     title: str
     items: tuple[ChecklistItem, ...]
+    reference: str  # the docs section that explains the list and its items
 
 
 CHECKLISTS: tuple[Checklist, ...] = (
@@ -45,60 +50,67 @@ CHECKLISTS: tuple[Checklist, ...] = (
         (
             ChecklistItem(
                 "PP1",
-                "Validate model size fits GPU memory.",
+                "Every model to be served fits in the GPU memory of its hosts.",
                 ("GA102", "GA201", "GA202"),
                 "the GPU memory a model is sized for is there: every expected GPU visible, MIG "
-                "layouts settled and instantiated; the model's own size is not known to gpuaudit",
+                "layouts settled and instantiated; whether a given model fits is GA802's "
+                "finding, which this item does not count",
             ),
             ChecklistItem(
                 "PP2",
-                "Test driver/runtime compatibility.",
+                "The driver and the CUDA runtime are tested to work together.",
                 ("GA101", "GA104", "GA107", "GA701"),
                 "the driver is loaded and answers, its tools are installed, it is the desired "
                 "version and the one its peers run; CUDA workloads themselves are not run",
             ),
             ChecklistItem(
                 "PP3",
-                "Implement basic monitoring and alerts.",
+                "Basic GPU monitoring and alerting are in place.",
                 ("GA104", "GA105"),
                 "the sources GPU alerts read are there: nvidia-smi / rocm-smi and a readable "
-                "kernel log for XIDs; exporters and alert rules are not checked",
+                "kernel log for XIDs; the monitoring agent is GA403's finding, which this item "
+                "does not count, and alert rules are not checked",
             ),
             ChecklistItem(
                 "PP4",
-                "Confirm deployment can roll back.",
+                "A deployment can be rolled back.",
                 ("GA106",),
                 "driver packages are held, so the driver only changes through a deliberate, "
                 "reversible upgrade; the rollback itself is not exercised",
             ),
         ),
+        GUIDE_PREPRODUCTION,
     ),
     Checklist(
         "production_readiness",
         "Production readiness checklist",
         (
             ChecklistItem(
-                "PR1", "SLOs defined and observed.", (), NOT_CHECKED + ": SLOs live outside hosts"
+                "PR1",
+                "Service level objectives are defined and measured.",
+                (),
+                NOT_CHECKED + ": SLOs live outside hosts",
             ),
             ChecklistItem(
                 "PR2",
-                "Autoscaling and eviction policies set.",
+                "Autoscaling and eviction policies are configured.",
                 (),
                 NOT_CHECKED + ": scheduler configuration is not collected",
             ),
             ChecklistItem(
                 "PR3",
-                "Runbooks and on-call routing defined.",
+                "Runbooks exist and on-call routing is set up.",
                 (),
                 NOT_CHECKED + ": runbooks and routing live outside hosts",
             ),
             ChecklistItem(
                 "PR4",
-                "Cost and quota limits enforced.",
+                "Cost and quota limits are enforced.",
                 (),
                 NOT_CHECKED + ": billing and quotas are not collected",
             ),
         ),
+        GUIDE_PRODUCTION,
     ),
 )
 
@@ -138,6 +150,7 @@ def _score(
     total_failed = sum(len(hosts) for hosts in failed.values())
     return {
         "title": checklist.title,
+        "reference": checklist.reference,
         "items": [
             {
                 "id": item.id,

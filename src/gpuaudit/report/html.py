@@ -11,7 +11,9 @@ from the hosts), so:
   the one inline script this module wrote (by its hash), so even a missed escape cannot run code
   or phone home.
 
-The page loads nothing from anywhere: CSS and JS are inlined from ``templates/``.
+The page loads nothing from anywhere: CSS and JS are inlined from ``templates/``. Its only
+links are references (web addresses, and docs pages copied beside it: references.py), which a
+reader follows by choice.
 
 What grows with the fleet is not rendered here: the template writes the summaries, the panels,
 one row per risk and one collapsed line per host; a risk's findings and a host's GPU inventory,
@@ -26,7 +28,7 @@ import base64
 import functools
 import hashlib
 import json
-from collections.abc import Sequence
+from collections.abc import Sequence, Set
 from pathlib import Path
 from typing import Any
 
@@ -192,10 +194,17 @@ def _host_views(
     return hosts
 
 
-def build_context(register: dict[str, Any], snapshots: Sequence[HostSnapshot]) -> dict[str, Any]:
-    """Everything the page template needs, from the register and the snapshots behind it."""
+def build_context(
+    register: dict[str, Any],
+    snapshots: Sequence[HostSnapshot],
+    docs_pages: Set[str] = frozenset(),
+) -> dict[str, Any]:
+    """Everything the page template needs, from the register and the snapshots behind it.
+
+    ``docs_pages`` are the docs pages beside the page (``docs/…`` paths): references to them
+    are linked."""
     hosts = _host_views(register, snapshots)
-    risks = risk_views(register)
+    risks = risk_views(register, docs_pages)
     topologies = _share_topologies(hosts)
     summary = register["summary"]
     script = page_script()
@@ -217,7 +226,7 @@ def build_context(register: dict[str, Any], snapshots: Sequence[HostSnapshot]) -
         "waived": [r for r in risks if r["status"] == "waived" or r["waiver"]],
         "options": filter_options(risks),
         "trends": trends_view(register, risks),
-        "checklists": checklist_views(register),
+        "checklists": checklist_views(register, docs_pages),
         "hosts": hosts,
         "attention_hosts": [h for h in hosts if h["status"] != "ok"],
         "page_data": page_data,
@@ -236,6 +245,15 @@ def page_script() -> str:
     return f'(function () {{\n"use strict";\n{parts}\n}})();\n'
 
 
-def render_html(register: dict[str, Any], snapshots: Sequence[HostSnapshot]) -> str:
-    """Render the risk register page (one string, no external resources)."""
-    return environment().get_template(PAGE_TEMPLATE).render(build_context(register, snapshots))
+def render_html(
+    register: dict[str, Any],
+    snapshots: Sequence[HostSnapshot],
+    *,
+    docs_pages: Set[str] = frozenset(),
+) -> str:
+    """Render the risk register page (one string, no external resources).
+
+    References to the docs pages in ``docs_pages`` become links relative to the page: pass only
+    pages that will sit beside it (RunDir.write_report copies them)."""
+    context = build_context(register, snapshots, docs_pages)
+    return environment().get_template(PAGE_TEMPLATE).render(context)

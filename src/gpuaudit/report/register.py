@@ -3,7 +3,7 @@
 The register is a plain, versioned dict so that the HTML page, CSV / Markdown / JUnit /
 Prometheus views and outside tools all read the same thing. Its shape::
 
-    schema_version  "1.1" (major bumps on breaking changes; minors only add keys)
+    schema_version  "1.2" (major bumps on breaking changes; minors only add keys)
     generated_at    ISO 8601 UTC
     run_id          e.g. "20261129T161000Z" (None when the register is not tied to a run)
     summary         counts: findings by severity / category / owner, hosts by status, GPUs,
@@ -12,7 +12,8 @@ Prometheus views and outside tools all read the same thing. Its shape::
     risks           findings grouped across hosts by rule and subject (risks.py), open first
     findings        Finding.to_dict() each, most severe first, plus "risk" (its risk id),
                     "status" ("open" | "waived"), "waiver" and "waiver_expired"
-    checklists      seed 004's readiness checklists scored per host and fleet (checklists.py)
+    checklists      the readiness checklists scored per host and fleet, each with the docs
+                    section that explains it in "reference" (checklists.py)
     trends          comparison with the previous run (trends.py), None without one
 
 Every count map lists all known keys (zeros included) so consumers never need ``.get``;
@@ -33,7 +34,7 @@ from gpuaudit.report.trends import PreviousRun, build_trends
 from gpuaudit.rules.audit import NOT_COLLECTED
 from gpuaudit.rules.base import Finding, Owner, Severity
 
-REGISTER_SCHEMA_VERSION = "1.1"
+REGISTER_SCHEMA_VERSION = "1.2"
 
 # Most severe first: the order counts and findings are presented in everywhere.
 SEVERITY_ORDER: tuple[Severity, ...] = tuple(sorted(Severity, key=lambda s: -s.rank))

@@ -12,9 +12,10 @@ page script (which only ever sets ``textContent``).
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping, Sequence, Set
 from typing import Any
 
+from gpuaudit.report.references import reference_view
 from gpuaudit.report.register import SEVERITY_ORDER
 
 RISK_STATUSES = ("open", "waived", "resolved")
@@ -22,11 +23,6 @@ RISK_STATUSES = ("open", "waived", "resolved")
 # register.json holds every entry.
 PANEL_LIST_LIMIT = 200
 _SEVERITY_RANK = {s.value: s.rank for s in SEVERITY_ORDER}
-
-
-def is_web_link(ref: Any) -> bool:
-    """Only plain http(s) references become links; anything else (javascript:, data:) is text."""
-    return isinstance(ref, str) and ref.lower().startswith(("https://", "http://"))
 
 
 def severity_rank(severity: Any) -> int:
@@ -101,8 +97,14 @@ def _waiver_view(risk: Mapping[str, Any]) -> dict[str, Any] | None:
     }
 
 
-def risk_views(register: Mapping[str, Any]) -> list[dict[str, Any]]:
-    """The register's risks, normalised for the page (grouped here when the register is not)."""
+def risk_views(
+    register: Mapping[str, Any], docs_pages: Set[str] = frozenset()
+) -> list[dict[str, Any]]:
+    """The register's risks, normalised for the page (grouped here when the register is not).
+
+    ``docs_pages`` are the docs pages next to the page (references.py): references to them
+    become links, like web addresses.
+    """
     findings = _as_list(register.get("findings"))
     raw = register.get("risks")
     risks = _as_list(raw) if raw is not None else risks_from_findings(findings)
@@ -136,7 +138,9 @@ def risk_views(register: Mapping[str, Any]) -> list[dict[str, Any]]:
                 "remediation": str(risk.get("remediation") or ""),
                 "operation": str(risk.get("operation") or ""),
                 # [text, is a link] pairs: the page script links only what is marked here.
-                "references": [[str(r), is_web_link(r)] for r in _as_list(risk.get("references"))],
+                "references": [
+                    reference_view(r, docs_pages) for r in _as_list(risk.get("references"))
+                ],
                 "findings": finding_ids,
             }
         )
@@ -234,8 +238,11 @@ def _score(entry: Any) -> dict[str, Any]:
     }
 
 
-def checklist_views(register: Mapping[str, Any]) -> list[dict[str, Any]]:
-    """Each checklist with its fleet score and, per item, how many hosts fail it."""
+def checklist_views(
+    register: Mapping[str, Any], docs_pages: Set[str] = frozenset()
+) -> list[dict[str, Any]]:
+    """Each checklist with its fleet score, its reference and, per item, how many hosts fail
+    it; the reference is linked as a risk's are (``docs_pages``, see risk_views)."""
     checklists = register.get("checklists")
     if not isinstance(checklists, Mapping):
         return []
@@ -261,10 +268,13 @@ def checklist_views(register: Mapping[str, Any]) -> list[dict[str, Any]]:
             for item in _as_list(checklist.get("items"))
             if isinstance(item, Mapping)
         ]
+        reference, linked = reference_view(checklist.get("reference") or "", docs_pages)
         views.append(
             {
                 "key": str(key),
                 "title": str(checklist.get("title") or key),
+                "reference": reference,
+                "reference_link": linked,
                 "fleet": _score(checklist.get("fleet")),
                 "items": items,
                 "host_count": len(hosts),

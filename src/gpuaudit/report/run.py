@@ -8,6 +8,8 @@ Layout::
         index.html                    the self-contained HTML page
         register.csv, summary.md,     views of the register for other tools (outputs.py)
         junit.xml, gpuaudit.prom
+        docs/                         the gpuaudit docs pages the register cites, which the
+                                      page links (references.py)
 
 Snapshots are the source of truth: ``register.json`` and ``index.html`` can always be rebuilt from
 ``hosts/`` alone (``gpuaudit report <run-dir>`` → :func:`rebuild`). Every file is written to a
@@ -31,6 +33,7 @@ from typing import TYPE_CHECKING, Any
 from gpuaudit.model.snapshot import HostSnapshot, HostStatus, Section
 from gpuaudit.report.html import render_html
 from gpuaudit.report.outputs import render_outputs
+from gpuaudit.report.references import DOCS_DIR, docs_file, docs_pages
 from gpuaudit.report.register import build_register, utc_now_iso
 from gpuaudit.report.trends import find_previous, load_previous
 from gpuaudit.rules.base import Finding
@@ -167,10 +170,34 @@ class RunDir:
         atomic_write_text(
             self.register_path, json.dumps(register, indent=1, ensure_ascii=False) + "\n"
         )
-        atomic_write_text(self.html_path, render_html(register, snapshots))
+        copied = self.copy_docs(cited_references(register))
+        atomic_write_text(self.html_path, render_html(register, snapshots, docs_pages=copied))
         for name, text in render_outputs(register, fail_on=fail_on, policy=policy).items():
             atomic_write_text(self.path / name, text)
         return self.html_path
+
+    def copy_docs(self, references: Sequence[Any], docs_dir: Path | None = None) -> frozenset[str]:
+        """Copy the docs pages ``references`` cite (and the pages they link to) into the run
+        directory, at their repository paths (``docs/…``), and return the pages copied. Without
+        a docs directory (gpuaudit installed without its source tree) nothing is copied, and the
+        page shows those references as text. ``docs_dir`` defaults to the checkout's docs/."""
+        docs_dir = DOCS_DIR if docs_dir is None else docs_dir
+        pages = docs_pages(references, docs_dir) if docs_dir.is_dir() else []
+        for page in pages:
+            text = docs_file(page, docs_dir).read_text(encoding="utf-8")
+            atomic_write_text(self.path / page, text)
+        return frozenset(pages)
+
+
+def cited_references(register: Mapping[str, Any]) -> list[Any]:
+    """Every reference the register's risks and checklists cite, once each, in order."""
+    cited: dict[Any, None] = {}
+    for risk in register.get("risks") or ():
+        cited.update(dict.fromkeys(risk.get("references") or ()))
+    for checklist in (register.get("checklists") or {}).values():
+        if checklist.get("reference"):
+            cited[checklist["reference"]] = None
+    return list(cited)
 
 
 def load_snapshot_file(path: Path) -> HostSnapshot:

@@ -78,10 +78,19 @@ def evaluate(
     ending the audit. ``disabled_rules`` (per host with a Policy) and the severity overrides
     are applied last; a Policy's override keeps its reason in the finding.
     """
+    from gpuaudit.policy.settings import resolve_settings  # late: policy imports this package
+
     fleet = tuple(snapshots)
     settings_for, override = _policy_hooks(policy)
     fleet_ctx = RuleContext(fleet=fleet, policy=settings_for(None))
-    contexts = [RuleContext(fleet=fleet, policy=settings_for(snap)) for snap in fleet]
+    contexts = [
+        RuleContext(
+            fleet=fleet,
+            policy=resolve_settings(_site(policy), snap.host, snap.host_data).as_dict(),
+            resolved_for=snap.host,
+        )
+        for snap in fleet
+    ]
     hosts = [(snap, ctx, _disabled(ctx)) for snap, ctx in zip(fleet, contexts, strict=True)]
     findings: list[Finding] = []
     for rule in all_rules():
@@ -123,6 +132,13 @@ def _policy_hooks(
     merged = effective_policy(policy)
     overrides = merged.get("severity_overrides") or {}
     return (lambda _snap: merged), partial(_override_severity, overrides=overrides)
+
+
+def _site(policy: Policy | Mapping[str, Any] | None) -> Policy | Mapping[str, Any] | None:
+    """What resolve_settings layers under host data: a Policy, or the plain mapping's merge."""
+    from gpuaudit.policy import Policy
+
+    return policy if isinstance(policy, Policy) else effective_policy(policy)
 
 
 def _disabled(ctx: RuleContext) -> set[str]:

@@ -70,7 +70,7 @@ register(
             "Report the exception with the host's snapshot attached; until it is fixed, check "
             "what the failing rule covers by hand on that host."
         ),
-        references=("gpuaudit: rules are pure functions of snapshot, fleet and policy",),
+        references=(refs.DOCS_RULE_FAILURE,),
         doc=(
             "A rule raised an exception instead of returning findings.\n\n"
             "Checks: nothing of its own; evaluate() turns any exception of another rule into "
@@ -99,7 +99,7 @@ def rule_failed() -> Rule:
         "Make the host reachable for the audit (network, inventory address, credentials) or "
         "find why the collection failed or hung, then re-run; each finding says which."
     ),
-    references=(refs.SEED_CHECKLIST, "gpuaudit design: partial failure is data"),
+    references=(refs.DOCS_PARTIAL_FAILURE, refs.GUIDE_FIRST_CHECKS),
     runs_without_data=True,
 )
 def host_not_audited(rule: Rule, snap: HostSnapshot, ctx: RuleContext) -> Iterable[Finding]:
@@ -110,8 +110,8 @@ def host_not_audited(rule: Rule, snap: HostSnapshot, ctx: RuleContext) -> Iterab
     COLLECTION_FAILED (the collector's output could not be read). No other rule runs on such a
     host.
     Why: a host missing from the register would read as healthy; an unreachable or hanging GPU
-    node is also often a node that crashed or whose driver is wedged (seed 000: "Node
-    NotReady").
+    node is also often a node that crashed or whose driver is wedged (in Kubernetes, a node
+    that is NotReady).
     Evidence: the status, its detail and any parse errors.
     Remediation: depends on the status: the network, the credentials, the command that hangs,
     or the collector's output; each finding gives its own.
@@ -174,7 +174,7 @@ def _failed(snap: HostSnapshot, name: str) -> bool:
         "the raw text in the host's snapshot; re-run the audit once the host answers cleanly. "
         "Until then, treat what the section covers as unaudited on this host."
     ),
-    references=(refs.NVIDIA_SMI, "gpuaudit design: partial failure is data"),
+    references=(refs.DOCS_PARTIAL_FAILURE, refs.NVIDIA_SMI),
 )
 def data_incomplete(rule: Rule, snap: HostSnapshot, ctx: RuleContext) -> Iterable[Finding]:
     """The host was collected, but some of what it printed could not be read.

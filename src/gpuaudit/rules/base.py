@@ -142,10 +142,24 @@ def _jsonable(value: Any) -> Any:
 
 @dataclass(frozen=True)
 class RuleContext:
-    """What a rule may consult besides the snapshot: the whole fleet and the policy."""
+    """What a rule may consult besides the snapshot: the whole fleet and the policy.
+
+    ``evaluate()`` gives each host a context whose ``policy`` is that host's resolved
+    settings (gpuaudit.policy.settings), with ``resolved_for`` naming the host. A context built
+    by hand holds a site-level mapping instead, and :meth:`settings_for` merges the host's
+    inventory data over it.
+    """
 
     fleet: Sequence[HostSnapshot] = ()
     policy: dict[str, Any] = field(default_factory=dict)
+    resolved_for: str | None = None
+
+    def settings_for(self, snap: HostSnapshot) -> dict[str, Any]:
+        if self.resolved_for is not None and self.resolved_for == snap.host:
+            return self.policy
+        from gpuaudit.rules.policy_defaults import host_policy
+
+        return host_policy(snap, self.policy)
 
 
 HostCheck = Callable[["Rule", HostSnapshot, RuleContext], Iterable[Finding]]

@@ -1,14 +1,15 @@
-"""GA8xx: capacity — which language models fit on a host's GPUs, by seed 000's memory arithmetic.
+"""GA8xx: capacity — which language models fit on a host's GPUs, by the field guide's arithmetic.
 
     model memory ≈ parameters × bytes per parameter (FP16 2, INT8 1, INT4 0.5) + overhead
     KV cache per request ≈ 2 × layers × heads × head dim × context length × 2 bytes
 
-The overhead (activations, CUDA context, allocator fragmentation) is the headroom seed 004 asks
-to keep (M2, ``memory_headroom_pct``: 20 %): a model fits when its weights plus its KV cache fit
+(docs/field-guide/llm-memory.md). The overhead (activations, CUDA context, allocator
+fragmentation) is covered by the memory headroom gpuaudit keeps (``memory_headroom_pct``: 20 %,
+docs/field-guide/memory-and-oom.md): a model fits when its weights plus its KV cache fit
 in the memory left after the headroom. "One GPU" is the largest single GPU (or, in MIG mode, the
 largest MIG device: a model cannot span instances); "the host" is all its whole GPUs together,
-as tensor parallelism would use them. Parameters count in decimal units (7B = 7 × 10⁹) as the
-seed writes them; GPU memory is reported in MiB, and the findings show GiB.
+as tensor parallelism would use them. Parameters count in decimal units (7B = 7 × 10⁹) as model
+sizes are quoted; GPU memory is reported in MiB, and the findings show GiB.
 """
 
 from __future__ import annotations
@@ -20,11 +21,10 @@ from typing import Any
 from gpuaudit.model.snapshot import Gpu, HostSnapshot
 from gpuaudit.rules import refs
 from gpuaudit.rules.base import Evidence, Finding, Owner, Rule, RuleContext, Severity, rule
-from gpuaudit.rules.policy_defaults import host_policy
 
 GIB = 2**30
 _MIB = 2**20
-_KV_BYTES_PER_VALUE = 2  # seed 000: keys and values in FP16
+_KV_BYTES_PER_VALUE = 2  # keys and values in FP16 (docs/field-guide/llm-memory.md#kv-cache)
 ARCHITECTURE_FIELDS = ("layers", "heads", "head_dim", "context_length")
 MODEL_FIELDS = frozenset(
     {"name", "params_b", "precision", "kv_cache_gib", "concurrent_requests", "placement"}
@@ -32,11 +32,12 @@ MODEL_FIELDS = frozenset(
 )
 PLACEMENTS = ("host", "gpu")
 _REFS = (
-    refs.SEED_LLM_MEMORY,
-    refs.SEED_QUANTIZATION,
-    refs.SEED_M2_HEADROOM,
-    refs.SEED_PREPROD,
-    refs.SEED_F1_OOM,
+    refs.GUIDE_LLM_MEMORY,
+    refs.GUIDE_QUANTIZATION,
+    refs.GUIDE_CAPACITY,
+    refs.GUIDE_MEMORY_HEADROOM,
+    refs.GUIDE_PREPRODUCTION,
+    refs.GUIDE_REPEATED_OOMS,
 )
 
 
@@ -132,17 +133,17 @@ def capacity_summary(rule: Rule, snap: HostSnapshot, ctx: RuleContext) -> Iterab
 
     Checks: for each size in ``capacity_model_sizes_b`` (7B, 13B, 34B, 70B, 405B) and each
     precision in ``capacity_precisions`` (FP16 2, INT8 1, INT4 0.5 bytes per parameter):
-    parameters × bytes + ``capacity_kv_cache_gib`` (2 GiB, seed 000's one-request example)
+    parameters × bytes + ``capacity_kv_cache_gib`` (2 GiB: one 4096-token request of a 7B model)
     against the largest GPU (or MIG device) and against all whole GPUs, each less
     ``memory_headroom_pct`` (20 %). One INFO finding per host with GPUs of known size.
-    Why: seed 004's pre-production checklist starts with "validate model size fits GPU
-    memory", and a GPU OOM is seed 000's most common inference failure; the register shows per
+    Why: a model's fit in GPU memory is the first item of the pre-production checklist, and
+    running out of GPU memory is the most common way inference fails; the register shows per
     host what can be placed there before anyone tries.
     Evidence: the largest size that fits per precision on one GPU and on the host, and the
     usable memory both were measured against.
     Remediation: none needed; use it to place and size models.
     """
-    policy = host_policy(snap, ctx.policy)
+    policy = ctx.settings_for(snap)
     memory = host_memory(snap, float(policy["memory_headroom_pct"]))
     if memory is None:
         return
@@ -201,18 +202,18 @@ def required_model_fit(rule: Rule, snap: HostSnapshot, ctx: RuleContext) -> Iter
 
     Checks: each entry of ``required_models`` (per host or group): ``params_b`` at
     ``precision`` (default fp16, bytes from ``capacity_precisions``) plus its KV cache —
-    ``kv_cache_gib``, or seed 000's formula from ``layers``, ``heads`` (key/value heads),
+    ``kv_cache_gib``, or the KV-cache formula from ``layers``, ``heads`` (key/value heads),
     ``head_dim``, ``context_length`` and ``concurrent_requests`` (default 1), or else
     ``capacity_kv_cache_gib`` — against the host's memory less ``memory_headroom_pct``:
     all whole GPUs for ``placement: host`` (default), the largest GPU or MIG device for
     ``placement: gpu``. A malformed entry makes the rule fail loudly (GA000).
-    Why: a model that does not fit fails at load or OOMs under load (seed 000 GPU OOM, seed 004
-    F1); the site said this host must serve it.
+    Why: a model that does not fit fails at load or runs out of GPU memory under load; the site
+    said this host must serve it.
     Evidence: the model's weights and KV cache, the usable memory, and the precisions that
     would fit.
     Remediation: quantize, shrink the KV budget, or move the model to bigger hosts.
     """
-    policy = host_policy(snap, ctx.policy)
+    policy = ctx.settings_for(snap)
     required = policy.get("required_models") or ()
     memory = host_memory(snap, float(policy["memory_headroom_pct"]))
     if not required or memory is None:

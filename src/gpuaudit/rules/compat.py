@@ -9,7 +9,6 @@ from gpuaudit.model.snapshot import HostSnapshot
 from gpuaudit.rules import refs
 from gpuaudit.rules.base import Evidence, Finding, Owner, Rule, RuleContext, Severity, rule
 from gpuaudit.rules.evidence import section_excerpt
-from gpuaudit.rules.policy_defaults import host_policy
 from gpuaudit.rules.software import host_driver_version
 from gpuaudit.rules.versions import major_minor, same_version
 
@@ -32,15 +31,16 @@ def _supported_cuda(snap: HostSnapshot) -> str | None:
     impact=4,
     remediation=(
         "Upgrade the host to a driver whose CUDA version covers every required version, "
-        "through the staged upgrade (gpuaudit upgrade <inventory> --to <version>); on "
+        "one host group at a time (drain, gpuaudit.operations.driver.unpin, install, "
+        "gpuaudit.operations.driver.pin, reboot, re-audit); on "
         "datacenter GPUs the CUDA forward-compatibility package (cuda-compat) is the "
         "alternative for one newer CUDA. Or build the images for the CUDA the driver has."
     ),
     references=(
         refs.CUDA_COMPAT,
-        refs.SEED_DRIVER_TABLE,
-        refs.REF_PCIE_SERVICES,
-        refs.SEED_PREPROD,
+        refs.GUIDE_CUDA_COMPAT,
+        refs.GUIDE_DRIVER_ERRORS,
+        refs.GUIDE_PREPRODUCTION,
     ),
 )
 def cuda_insufficient(rule: Rule, snap: HostSnapshot, ctx: RuleContext) -> Iterable[Finding]:
@@ -51,14 +51,14 @@ def cuda_insufficient(rule: Rule, snap: HostSnapshot, ctx: RuleContext) -> Itera
     required or the host reports no CUDA version (AMD hosts; a driver that does not answer is
     GA101's).
     Why: a CUDA runtime newer than the driver fails at start with "CUDA driver version is
-    insufficient for CUDA runtime version" (seed 000's driver table: host driver too old).
+    insufficient for CUDA runtime version": the host driver is too old for the image.
     A newer major version never runs (high); a newer minor version of the same major may run
     through CUDA minor version compatibility, but not code that needs PTX JIT or newer driver
     APIs (medium).
     Evidence: the driver, the CUDA version it supports, and the required versions it does not.
     Remediation: staged driver upgrade, the forward-compatibility package, or older images.
     """
-    required = host_policy(snap, ctx.policy).get("required_cuda_versions") or ()
+    required = ctx.settings_for(snap).get("required_cuda_versions") or ()
     if isinstance(required, (str, int, float)):
         required = [required]
     supported_text = _supported_cuda(snap)
@@ -111,10 +111,10 @@ def cuda_insufficient(rule: Rule, snap: HostSnapshot, ctx: RuleContext) -> Itera
         "then hold them so an unattended upgrade cannot repeat it (GA106)."
     ),
     references=(
-        refs.SEED_F7_MISMATCH,
-        refs.SEED_ANTI_4,
-        refs.SEED_DRIVER_TABLE,
-        refs.SEED_F3_DRIVER,
+        refs.GUIDE_LIBRARY_MISMATCH,
+        refs.GUIDE_PIN_VERSIONS,
+        refs.GUIDE_DRIVER_ERRORS,
+        refs.GUIDE_DRIVER_CRASH,
     ),
 )
 def driver_package_mismatch(rule: Rule, snap: HostSnapshot, ctx: RuleContext) -> Iterable[Finding]:
@@ -124,8 +124,8 @@ def driver_package_mismatch(rule: Rule, snap: HostSnapshot, ctx: RuleContext) ->
     package matching ``driver_package_patterns`` whose version names a driver release
     (repository and meta packages with versions of their own are left out).
     Why: the user-space libraries then belong to another driver than the kernel module: NVML and
-    CUDA fail with "Failed to initialize NVML: Driver/library version mismatch" until a reboot
-    (seed 004 F7 and anti-pattern 4; seed 000's "CUDA initialization error"). It is what an
+    CUDA fail with "Failed to initialize NVML: Driver/library version mismatch" (or a "CUDA
+    initialization error") until a reboot. It is what an
     unattended upgrade of unheld packages leaves behind, and it explains a GA101 on the host.
     Evidence: the loaded version and the packages at other versions.
     Remediation: reboot or reload the modules; hold the packages.
@@ -133,7 +133,7 @@ def driver_package_mismatch(rule: Rule, snap: HostSnapshot, ctx: RuleContext) ->
     loaded = snap.driver_version_proc
     if not loaded:
         return
-    patterns = [re.compile(p) for p in host_policy(snap, ctx.policy)["driver_package_patterns"]]
+    patterns = [re.compile(p) for p in ctx.settings_for(snap)["driver_package_patterns"]]
     others = [
         p
         for p in snap.packages

@@ -1,7 +1,8 @@
 """GA311, GA321, GA330: what a GPU reported about its state when it was audited.
 
-These are readings at one moment, not histories: the findings say so, and the seed's alerts
-(which ask for minutes of the condition) remain the monitoring system's job.
+These are readings at one moment, not histories: the findings say so, and the alerts of
+docs/field-guide/monitoring.md (which ask for minutes of the condition) remain the monitoring
+system's job.
 """
 
 from __future__ import annotations
@@ -12,7 +13,6 @@ from gpuaudit.model.snapshot import Gpu, HostSnapshot
 from gpuaudit.rules import refs
 from gpuaudit.rules.base import Evidence, Finding, Owner, Rule, RuleContext, Severity, rule
 from gpuaudit.rules.evidence import gpu_label, gpu_xml_excerpt
-from gpuaudit.rules.policy_defaults import host_policy
 from gpuaudit.rules.xid_catalog import RecoveryAction, recovery_action
 
 _RESET = RecoveryAction("reset required", Severity.HIGH, "reset the GPU (nvidia-smi -r)")
@@ -46,7 +46,7 @@ def _requests(gpu: Gpu) -> list[RecoveryAction]:
         "Do what the driver asks: drain the GPU's jobs, then reset it (nvidia-smi -r -i <gpu>) "
         "or reboot the node; look in the kernel log for the XID that caused it (often 154)."
     ),
-    references=(refs.MEMORY_ERRORS, refs.XID_CATALOG, refs.NVIDIA_SMI, refs.REF_MEMORY),
+    references=(refs.MEMORY_ERRORS, refs.XID_CATALOG, refs.NVIDIA_SMI, refs.GUIDE_ROW_REMAPPING),
 )
 def recovery_requested(rule: Rule, snap: HostSnapshot, ctx: RuleContext) -> Iterable[Finding]:
     """The driver itself says a GPU needs a reset, a drain or a node reboot.
@@ -99,27 +99,21 @@ def recovery_requested(rule: Rule, snap: HostSnapshot, ctx: RuleContext) -> Iter
         "Check the chassis cooling (fans, airflow, blanking panels, inlet temperature) and "
         "compare with the other GPUs of the host; move load away until it is fixed."
     ),
-    references=(
-        refs.SEED_ALERTS,
-        refs.SEED_M3_TEMPERATURE,
-        refs.SEED_F2_THERMAL,
-        refs.SEED_ANTI_3,
-        refs.REF_PCIE_SERVICES,
-    ),
+    references=(refs.GUIDE_TEMPERATURE, refs.GUIDE_THROTTLING, refs.GUIDE_ALERTS, refs.NVIDIA_SMI),
 )
 def temperature_high(rule: Rule, snap: HostSnapshot, ctx: RuleContext) -> Iterable[Finding]:
-    """A GPU was hotter than the seed's alert threshold when it was audited.
+    """A GPU was hotter than the alert threshold when it was audited.
 
-    Checks: ``temperature_c`` above ``temperature_alert_c`` (80 °C, seed 000's
-    GPUHighTemperature alert: "throttling starts ~80°C"); high when it has reached the GPU's own
-    slowdown threshold (``temperature_slowdown_c``), where the hardware cuts clocks.
-    Why: a hot GPU throttles (lower throughput, latency creeping up: seed 004 F2 and
-    anti-pattern 3) and ages faster; it usually means a cooling problem in the rack. One reading
-    is not the seed's five minutes: the message says so.
+    Checks: ``temperature_c`` above ``temperature_alert_c`` (80 °C, the threshold of the GPU
+    temperature alert in the field guide's monitoring page); high when it has reached the GPU's
+    own slowdown threshold (``temperature_slowdown_c``), where the hardware cuts clocks.
+    Why: a hot GPU throttles (lower throughput, latency creeping up) and ages faster; it usually
+    means a cooling problem in the rack. One reading is not the alert's five minutes above the
+    threshold: the message says so.
     Evidence: the temperature, the alert and slowdown thresholds, and the raw block.
     Remediation: check cooling, compare with neighbours, move load.
     """
-    alert = float(host_policy(snap, ctx.policy)["temperature_alert_c"])
+    alert = float(ctx.settings_for(snap)["temperature_alert_c"])
     for gpu in snap.gpus:
         temp, slowdown = gpu.temperature_c, gpu.temperature_slowdown_c
         if temp is None or temp <= alert:
@@ -130,7 +124,7 @@ def temperature_high(rule: Rule, snap: HostSnapshot, ctx: RuleContext) -> Iterab
             snap,
             f"{gpu_label(gpu)} was at {temp:g} °C (alert above {alert:g} °C; {limit}"
             + (", reached: the hardware is cutting clocks" if at_slowdown else "")
-            + "). One reading at audit time; the seed alerts after 5 minutes above.",
+            + "). One reading at audit time; the monitoring alert fires after 5 minutes above.",
             Evidence(
                 fact=f"gpus[{gpu.index}].temperature_c",
                 actual=temp,
@@ -152,32 +146,33 @@ def temperature_high(rule: Rule, snap: HostSnapshot, ctx: RuleContext) -> Iterab
     likelihood=3,
     impact=2,
     remediation=(
-        "Leave headroom: lower the serving framework's memory fraction (seed 000: "
-        "VLLM_GPU_MEMORY_UTILIZATION 0.85, PYTORCH_CUDA_ALLOC_CONF expandable_segments), the "
-        "batch size or the KV-cache budget, or quantize the model (INT8 / INT4)."
+        "Leave headroom: lower the serving framework's memory fraction (vLLM "
+        "--gpu-memory-utilization 0.85; PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True "
+        "against fragmentation), the batch size or the KV-cache budget, or quantize the model "
+        "(INT8 / INT4)."
     ),
     references=(
-        refs.SEED_M2_HEADROOM,
-        refs.SEED_ALERTS,
-        refs.SEED_OOM,
-        refs.SEED_F1_OOM,
-        refs.SEED_ANTI_1,
+        refs.GUIDE_MEMORY_HEADROOM,
+        refs.GUIDE_ALERTS,
+        refs.GUIDE_OOM,
+        refs.GUIDE_REPEATED_OOMS,
+        refs.GUIDE_FRAMEWORK_MEMORY,
     ),
 )
 def memory_headroom(rule: Rule, snap: HostSnapshot, ctx: RuleContext) -> Iterable[Finding]:
-    """A GPU had less free memory than the headroom seed 004 asks to keep.
+    """A GPU had less free memory than the headroom gpuaudit asks to keep.
 
     Checks: ``memory_used_mib`` / ``memory_total_mib`` above 100 − ``memory_headroom_pct``
-    (80 % used, seed 004 M2 "keep headroom 20 %"); medium from ``memory_pressure_pct`` (95 %,
-    seed 000's GPUMemoryPressure alert, critical there after 5 minutes).
+    (80 % used: keep 20 % free); medium from ``memory_pressure_pct`` (95 %, where the memory
+    pressure alert of the field guide's monitoring page fires, critical after 5 minutes).
     Why: with no headroom the next longer prompt, bigger batch or fragmented allocation is a
-    CUDA out-of-memory error (seed 000 "GPU OOM", seed 004 F1). Servers that preallocate a
+    CUDA out-of-memory error, the most common way inference fails. Servers that preallocate a
     fraction (vLLM's gpu_memory_utilization) hold their memory by design; their fraction is
     then what to tune. One reading at audit time, not a trend.
     Evidence: used and total memory and the share used.
     Remediation: lower the memory fraction, batch or KV budget; quantize.
     """
-    policy = host_policy(snap, ctx.policy)
+    policy = ctx.settings_for(snap)
     headroom = float(policy["memory_headroom_pct"])
     pressure = float(policy["memory_pressure_pct"])
     for gpu in snap.gpus:

@@ -13,7 +13,6 @@ from gpuaudit.rules import refs
 from gpuaudit.rules.base import Evidence, Finding, Owner, Rule, RuleContext, Severity, rule
 from gpuaudit.rules.evidence import gpu_label, gpu_xml_excerpt
 from gpuaudit.rules.hardware import is_datacenter_gpu
-from gpuaudit.rules.policy_defaults import host_policy
 
 
 @dataclass(frozen=True)
@@ -60,8 +59,8 @@ def _mode(value: str | None) -> str | None:
         refs.MEMORY_ERRORS,
         refs.AZURE_HEALTH,
         refs.META_GCM,
-        refs.REF_MEMORY,
-        refs.SEED_M14_ERRORS,
+        refs.GUIDE_MEMORY_THRESHOLDS,
+        refs.GUIDE_ERROR_RATES,
     ),
 )
 def corrected_ecc_volume(rule: Rule, snap: HostSnapshot, ctx: RuleContext) -> Iterable[Finding]:
@@ -78,7 +77,7 @@ def corrected_ecc_volume(rule: Rule, snap: HostSnapshot, ctx: RuleContext) -> It
     Evidence: the counts, the limits, and the raw ``<ecc_errors>`` block.
     Remediation: watch for growth; diagnostics and RMA if it keeps growing.
     """
-    policy = host_policy(snap, ctx.policy)
+    policy = ctx.settings_for(snap)
     for gpu in snap.gpus:
         over = {
             c.label: (value, int(policy[c.limit_key]), c.source)
@@ -113,7 +112,7 @@ def corrected_ecc_volume(rule: Rule, snap: HostSnapshot, ctx: RuleContext) -> It
         "Enable ECC (nvidia-smi -i <gpu> -e 1) and reboot the node so it takes effect; if ECC "
         "is off on purpose (capacity, bandwidth), record that in the policy (disabled_rules)."
     ),
-    references=(refs.MEMORY_ERRORS, refs.NVIDIA_SMI, refs.REF_MEMORY, refs.SEED_M14_ERRORS),
+    references=(refs.MEMORY_ERRORS, refs.NVIDIA_SMI, refs.GUIDE_ECC_MODE, refs.GUIDE_ECC),
 )
 def ecc_disabled(rule: Rule, snap: HostSnapshot, ctx: RuleContext) -> Iterable[Finding]:
     """A datacenter GPU runs with ECC off.
@@ -128,7 +127,7 @@ def ecc_disabled(rule: Rule, snap: HostSnapshot, ctx: RuleContext) -> Iterable[F
     Evidence: current and pending ECC mode, and the raw ``<ecc_mode>`` block.
     Remediation: enable ECC and reboot.
     """
-    policy = host_policy(snap, ctx.policy)
+    policy = ctx.settings_for(snap)
     for gpu in snap.gpus:
         if _mode(gpu.ecc_mode_current) != "disabled" or _mode(gpu.ecc_mode_pending) == "enabled":
             continue
@@ -160,7 +159,7 @@ def ecc_disabled(rule: Rule, snap: HostSnapshot, ctx: RuleContext) -> Iterable[F
         "Drain the node and reboot it so the pending ECC mode takes effect: a GPU reset is not "
         "always enough (NVML known issues), so check the mode again after the reset or reboot."
     ),
-    references=(refs.MEMORY_ERRORS, refs.NVIDIA_SMI, refs.REF_MEMORY),
+    references=(refs.MEMORY_ERRORS, refs.NVIDIA_SMI, refs.GUIDE_ECC_MODE),
 )
 def ecc_mode_pending(rule: Rule, snap: HostSnapshot, ctx: RuleContext) -> Iterable[Finding]:
     """A GPU's ECC mode was changed but the change has not taken effect.

@@ -35,7 +35,7 @@ def _names(snaps: Sequence[HostSnapshot]) -> str:
         "health gates), or, if the odd host is the intended canary, record that in the policy "
         "(desired_driver_version per group)."
     ),
-    references=(refs.SEED_ANTI_10, refs.SEED_SAFE_DEPLOY, refs.SEED_F3_DRIVER),
+    references=(refs.GUIDE_UNIFORM_VERSIONS, refs.GUIDE_CANARY, refs.GUIDE_DRIVER_CRASH),
     fleet=True,
 )
 def driver_drift(
@@ -48,8 +48,8 @@ def driver_drift(
     the tied versions), and every host on another version gets one finding naming both
     versions and the hosts on each. Hosts without a known driver version are left out (GA101
     reports them).
-    Why: the same job behaves differently on hosts with different drivers (seed 004:
-    "inconsistent performance across nodes: firmware or driver mismatch"), and a half-finished
+    Why: the same job behaves differently on hosts with different drivers (performance that
+    differs from node to node is often a driver or firmware mismatch), and a half-finished
     upgrade is a fleet with two failure modes.
     Evidence: the host's version, the majority version, and the hosts on every version.
     Remediation: staged upgrade to the majority version, or declare the canary in the policy.
@@ -164,8 +164,8 @@ _DRIFTS = (
         "GA702", "VBIOS version", "gpus[].vbios_version", _gpu_values("vbios_version"),
         Severity.MEDIUM, 2, 3,
         "the VBIOS sets clocks, power limits and link training: hosts of one model on "
-        "different VBIOS versions perform differently and fail differently (seed 004 "
-        "anti-pattern 10), and vendor fixes arrive only on the updated ones",
+        "different VBIOS versions perform differently and fail differently, and vendor "
+        "fixes arrive only on the updated ones",
         _FIRMWARE_FIX.format(thing="VBIOS"),
     ),
     _Drift(
@@ -223,7 +223,7 @@ def _register_drift(spec: _Drift) -> None:
         likelihood=spec.likelihood,
         impact=spec.impact,
         remediation=spec.remediation,
-        references=(refs.SEED_ANTI_10, refs.SEED_SECURITY, refs.SEED_SAFE_DEPLOY),
+        references=(refs.GUIDE_UNIFORM_VERSIONS, refs.GUIDE_VERSION_AUDIT, refs.GUIDE_CANARY),
         fleet=True,
     )(check)
 

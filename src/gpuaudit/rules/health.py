@@ -8,9 +8,9 @@ from gpuaudit.model.snapshot import Gpu, HostSnapshot
 from gpuaudit.rules import refs
 from gpuaudit.rules.base import Evidence, Finding, Owner, Rule, RuleContext, Severity, rule
 from gpuaudit.rules.evidence import gpu_label, gpu_xml_excerpt
-from gpuaudit.rules.policy_defaults import host_policy
 
-_MEMORY_REFS = (refs.MEMORY_ERRORS, refs.DCGM_HEALTH, refs.REF_MEMORY, refs.SEED_M14_ERRORS)
+_MEMORY_REFS = (refs.MEMORY_ERRORS, refs.DCGM_HEALTH)
+_REMAP_REFS = (*_MEMORY_REFS, refs.GUIDE_ROW_REMAPPING, refs.GUIDE_ERROR_RATES)
 
 
 @rule(
@@ -25,7 +25,13 @@ _MEMORY_REFS = (refs.MEMORY_ERRORS, refs.DCGM_HEALTH, refs.REF_MEMORY, refs.SEED
         "Drain the GPU and reset it; if the count grows after the reset, run field diagnostics "
         "(dcgmi diag -r 3) and open an RMA with the vendor."
     ),
-    references=(*_MEMORY_REFS, refs.SEED_XID_TABLE),
+    references=(
+        *_MEMORY_REFS,
+        refs.GUIDE_ECC,
+        refs.GUIDE_MEMORY_THRESHOLDS,
+        refs.GUIDE_XID_TABLE,
+        refs.GUIDE_ERROR_RATES,
+    ),
 )
 def uncorrectable_ecc(rule: Rule, snap: HostSnapshot, ctx: RuleContext) -> Iterable[Finding]:
     """Uncorrectable ECC errors counted by the GPU.
@@ -82,7 +88,7 @@ def uncorrectable_ecc(rule: Rule, snap: HostSnapshot, ctx: RuleContext) -> Itera
         "Drain the GPU and reset it (nvidia-smi -r -i <gpu>) or reboot the node so the pending "
         "row remap takes effect."
     ),
-    references=_MEMORY_REFS,
+    references=_REMAP_REFS,
 )
 def remap_pending(rule: Rule, snap: HostSnapshot, ctx: RuleContext) -> Iterable[Finding]:
     """A row remap waits for a GPU reset (Ampere and later).
@@ -115,7 +121,7 @@ def remap_pending(rule: Rule, snap: HostSnapshot, ctx: RuleContext) -> Iterable[
         "Take the GPU out of service, run field diagnostics and open an RMA: the GPU can no "
         "longer remap failing memory rows."
     ),
-    references=_MEMORY_REFS,
+    references=_REMAP_REFS,
 )
 def remap_failure(rule: Rule, snap: HostSnapshot, ctx: RuleContext) -> Iterable[Finding]:
     """Row remapping failed (NVIDIA's RMA condition).
@@ -148,7 +154,7 @@ def remap_failure(rule: Rule, snap: HostSnapshot, ctx: RuleContext) -> Iterable[
     likelihood=5,
     impact=5,
     remediation="Take the GPU out of service, run field diagnostics and open an RMA.",
-    references=(*_MEMORY_REFS, refs.DCGM_LIMITS),
+    references=(*_REMAP_REFS, refs.GUIDE_MEMORY_THRESHOLDS, refs.DCGM_LIMITS),
 )
 def remap_limit(rule: Rule, snap: HostSnapshot, ctx: RuleContext) -> Iterable[Finding]:
     """Uncorrectable row remaps reached the limit (default 512).
@@ -160,7 +166,7 @@ def remap_limit(rule: Rule, snap: HostSnapshot, ctx: RuleContext) -> Iterable[Fi
     Evidence: the count, the limit and the raw ``<remapped_rows>`` block.
     Remediation: remove the GPU from service and RMA it.
     """
-    limit = int(host_policy(snap, ctx.policy)["remapped_rows_uncorrectable_limit"])
+    limit = int(ctx.settings_for(snap)["remapped_rows_uncorrectable_limit"])
     for gpu in snap.gpus:
         count = gpu.remapped_rows.uncorrectable
         if count is not None and count >= limit and not gpu.remapped_rows.failure:
@@ -195,7 +201,12 @@ def _remap_evidence(
         "Pending page: drain the GPU and reset it (or reboot) so the retirement takes effect. "
         "At the limit: run field diagnostics and open an RMA."
     ),
-    references=(refs.PAGE_RETIREMENT, refs.DCGM_LIMITS, refs.AZURE_HEALTH, refs.REF_MEMORY),
+    references=(
+        refs.PAGE_RETIREMENT,
+        refs.DCGM_LIMITS,
+        refs.AZURE_HEALTH,
+        refs.GUIDE_PAGE_RETIREMENT,
+    ),
 )
 def retired_pages(rule: Rule, snap: HostSnapshot, ctx: RuleContext) -> Iterable[Finding]:
     """Dynamic page retirement (Volta and earlier): too many retired pages, or one pending.
@@ -208,7 +219,7 @@ def retired_pages(rule: Rule, snap: HostSnapshot, ctx: RuleContext) -> Iterable[
     Evidence: the counts, the pending flag, the limit and the raw ``<retired_pages>`` block.
     Remediation: reset for a pending page; RMA at the limit.
     """
-    policy = host_policy(snap, ctx.policy)
+    policy = ctx.settings_for(snap)
     limit = int(policy["retired_pages_limit"])
     pending_limit = int(policy["retired_pages_pending_limit"])
     for gpu in snap.gpus:
@@ -252,9 +263,8 @@ def retired_pages(rule: Rule, snap: HostSnapshot, ctx: RuleContext) -> Iterable[
     ),
     references=(
         refs.NVIDIA_SMI,
-        refs.REF_PCIE_SERVICES,
-        refs.SEED_F2_THERMAL,
-        refs.SEED_ISOLATION,
+        refs.GUIDE_THROTTLING,
+        refs.GUIDE_ISOLATION,
     ),
 )
 def clock_slowdown(rule: Rule, snap: HostSnapshot, ctx: RuleContext) -> Iterable[Finding]:
@@ -269,7 +279,7 @@ def clock_slowdown(rule: Rule, snap: HostSnapshot, ctx: RuleContext) -> Iterable
     Evidence: the active reasons, temperature and power, and the raw reasons block.
     Remediation: check cooling and power delivery.
     """
-    wanted = {str(r) for r in host_policy(snap, ctx.policy)["slowdown_reasons"]}
+    wanted = {str(r) for r in ctx.settings_for(snap)["slowdown_reasons"]}
     for gpu in snap.gpus:
         active = sorted({_reason(r) for r in gpu.clock_event_reasons} & wanted)
         if not active:

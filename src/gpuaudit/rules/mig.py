@@ -10,7 +10,6 @@ from gpuaudit.rules import refs
 from gpuaudit.rules.base import Evidence, Finding, Owner, Rule, RuleContext, Severity, rule
 from gpuaudit.rules.evidence import gpu_label, gpu_xml_excerpt, section_excerpt
 from gpuaudit.rules.mig_spec import MigEntry, MigSpecError, read_mig_configs
-from gpuaudit.rules.policy_defaults import host_policy
 
 
 @rule(
@@ -22,10 +21,13 @@ from gpuaudit.rules.policy_defaults import host_policy
     likelihood=4,
     impact=3,
     remediation=(
-        "Drain the GPU and reset it (nvidia-smi -r -i <gpu>) or reboot the node so the MIG mode "
-        "change takes effect, then create the GPU instances the layout asks for."
+        "Apply the host's MIG layout with gpuaudit.operations.mig.apply (deploys/remediate.py "
+        "runs it where the policy names mig_config_name): it checks that no process uses the "
+        "GPU and resets only the GPUs whose mode change needs a reset. By hand: drain the GPU "
+        "and reset it (nvidia-smi -r -i <gpu>) or reboot, then create the GPU instances."
     ),
-    references=(refs.MIG_GUIDE, refs.REF_MIG, refs.SEED_MIG),
+    operation="gpuaudit.operations.mig.apply",
+    references=(refs.MIG_GUIDE, refs.GUIDE_MIG_MODE),
 )
 def mig_mode_pending(rule: Rule, snap: HostSnapshot, ctx: RuleContext) -> Iterable[Finding]:
     """A MIG mode change was requested but has not taken effect.
@@ -67,7 +69,7 @@ def mig_mode_pending(rule: Rule, snap: HostSnapshot, ctx: RuleContext) -> Iterab
         "(nvidia-smi mig -i <gpu> -cgi <profiles> -C, or mig-parted apply), or disable MIG "
         "mode on the GPU if it should serve whole-GPU jobs."
     ),
-    references=(refs.MIG_GUIDE, refs.REF_MIG, refs.SEED_MIG),
+    references=(refs.MIG_GUIDE, refs.GUIDE_MIG_INSTANCES),
 )
 def mig_without_instances(rule: Rule, snap: HostSnapshot, ctx: RuleContext) -> Iterable[Finding]:
     """A GPU in MIG mode with no GPU instance: it can run nothing.
@@ -154,11 +156,18 @@ def _counts(counts: dict[str, int]) -> str:
     likelihood=4,
     impact=3,
     remediation=(
-        "Apply the site's MIG config to the host (nvidia-mig-parted apply -f <config> "
-        "-c <name>) after draining the GPUs; a MIG mode "
-        "change also needs a GPU reset or reboot."
+        "Apply the site's MIG config with gpuaudit.operations.mig.apply (deploys/remediate.py "
+        "runs it): it changes only the GPUs that differ, refuses while processes run on them, "
+        "and reads the layout back. nvidia-mig-parted apply -f <config> -c <name> does the same "
+        "after draining the GPUs, but resets every GPU when one needs a mode change."
     ),
-    references=(refs.MIG_PARTED, refs.MIG_GUIDE, refs.REF_MIG, refs.SEED_MIG),
+    operation="gpuaudit.operations.mig.apply",
+    references=(
+        refs.MIG_PARTED,
+        refs.MIG_GUIDE,
+        refs.GUIDE_MIG_LAYOUT,
+        refs.GUIDE_MIG_SCHEDULING,
+    ),
 )
 def mig_layout_drift(rule: Rule, snap: HostSnapshot, ctx: RuleContext) -> Iterable[Finding]:
     """A GPU whose MIG mode or instances are not what the site's mig-parted config asks for.
@@ -173,11 +182,11 @@ def mig_layout_drift(rule: Rule, snap: HostSnapshot, ctx: RuleContext) -> Iterab
     makes the rule fail loudly (GA000) rather than pass.
     Why: the scheduler advertises what the GPUs are cut into (nvidia.com/mig-1g.10gb); a GPU
     cut differently, or not cut, serves jobs the wrong sizes or none, and the difference is
-    invisible until a job lands on it (seed 000: MIG for isolation).
+    invisible until a job lands on it.
     Evidence: current mode and instance counts against the desired entry.
     Remediation: apply the config (nvidia-mig-parted apply), resetting where needed.
     """
-    policy = host_policy(snap, ctx.policy)
+    policy = ctx.settings_for(snap)
     name = policy.get("mig_config_name")
     if not name:
         return
@@ -242,9 +251,10 @@ def _layout_problems(snap: HostSnapshot, gpu: Gpu, entry: MigEntry) -> list[str]
     remediation=(
         "Write the layout down as a mig-parted config (mig_configs in the site policy) and "
         "name it for the host's group (mig_config_name), so it is checked (GA203) and applied "
-        "the same way everywhere (nvidia-mig-parted apply, also at boot)."
+        "the same way everywhere: gpuaudit.operations.mig.apply, or nvidia-mig-parted apply "
+        "at boot."
     ),
-    references=(refs.MIG_PARTED, refs.REF_MIG, refs.SEED_MIG, refs.SEED_ANTI_18),
+    references=(refs.MIG_PARTED, refs.GUIDE_MIG_LAYOUT, refs.GUIDE_MIG_FRAGMENTATION),
 )
 def mig_undeclared(rule: Rule, snap: HostSnapshot, ctx: RuleContext) -> Iterable[Finding]:
     """GPUs are partitioned with MIG, but the site declares no MIG layout for the host.
@@ -252,12 +262,12 @@ def mig_undeclared(rule: Rule, snap: HostSnapshot, ctx: RuleContext) -> Iterable
     Checks: any GPU with MIG mode enabled while ``mig_config_name`` is unset for the host.
     Why: hand-made partitions differ from host to host, are lost at reboot unless something
     recreates them, and leave the scheduler with a different mix of slice sizes per host
-    (seed 004 anti-pattern 18: scheduler fragmentation). Without a declared layout GA203
+    (scheduler fragmentation: capacity no job size fits). Without a declared layout GA203
     cannot check the partitions.
     Evidence: the GPUs in MIG mode and their instances.
     Remediation: declare the layout in mig-parted format and apply it.
     """
-    if host_policy(snap, ctx.policy).get("mig_config_name"):
+    if ctx.settings_for(snap).get("mig_config_name"):
         return
     in_mig = [g for g in snap.gpus if _mode(g.mig_mode_current) == "enabled"]
     if not in_mig:
@@ -291,11 +301,11 @@ def mig_undeclared(rule: Rule, snap: HostSnapshot, ctx: RuleContext) -> Iterable
         "move those tenants to dedicated nodes."
     ),
     references=(
-        refs.SEED_ISOLATION,
-        refs.SEED_MIG,
-        refs.SEED_F5_NOISY,
-        refs.SEED_ANTI_5,
-        refs.SEED_CHECKLIST,
+        refs.GUIDE_NOISY_NEIGHBOURS,
+        refs.GUIDE_ISOLATION,
+        refs.GUIDE_MIG_ISOLATION,
+        refs.GUIDE_FIRST_CHECKS,
+        refs.MIG_GUIDE,
     ),
 )
 def shared_without_isolation(rule: Rule, snap: HostSnapshot, ctx: RuleContext) -> Iterable[Finding]:
@@ -304,13 +314,12 @@ def shared_without_isolation(rule: Rule, snap: HostSnapshot, ctx: RuleContext) -
     Checks: when ``multi_tenant`` is true for the host, every NVIDIA GPU not in MIG mode,
     split into MIG-capable ones (MIG mode Disabled) and ones without MIG.
     Why: tenants sharing a whole GPU share its memory, caches and bandwidth: one tenant's load
-    shows up as another's latency spikes and OOMs (seed 004 F5 and anti-pattern 5, seed 000
-    "inconsistent latency: check for noisy neighbors, use MIG"). MIG gives each instance its
-    own memory and compute slice.
+    shows up as another's latency spikes and OOMs (a noisy neighbour: latency that differs
+    between pods of one service). MIG gives each instance its own memory and compute slice.
     Evidence: the GPUs not isolated, and which of them could be.
     Remediation: MIG on capable GPUs; dedicated GPUs or nodes for the rest.
     """
-    if not host_policy(snap, ctx.policy).get("multi_tenant"):
+    if not ctx.settings_for(snap).get("multi_tenant"):
         return
     shared = [
         g for g in snap.gpus if g.vendor == "nvidia" and _mode(g.mig_mode_current) != "enabled"

@@ -13,7 +13,6 @@ from typing import Any
 from gpuaudit.model.snapshot import GpuNvLink, HostSnapshot
 from gpuaudit.rules import refs
 from gpuaudit.rules.base import Evidence, Finding, Owner, Rule, RuleContext, Severity, rule
-from gpuaudit.rules.policy_defaults import host_policy
 from gpuaudit.rules.services import is_sxm_board_gpu, nvswitch_reason
 
 _NVLINK_REFS = (
@@ -21,7 +20,7 @@ _NVLINK_REFS = (
     refs.FABRIC_MANAGER,
     refs.AZURE_HEALTH,
     refs.DCGM_LIMITS,
-    refs.SEED_ANTI_6,
+    refs.GUIDE_NVLINK,
 )
 _GPU_LINE = re.compile(r"^GPU (\d+):")
 
@@ -79,15 +78,15 @@ def nvlink_inactive(rule: Rule, snap: HostSnapshot, ctx: RuleContext) -> Iterabl
     expected: ``nvlink_expected`` when the policy sets it, else an NVSwitch system or an
     SXM-board GPU model (a PCIe card without a bridge has inactive links by design). Silent
     everywhere when ``nvlink_expected`` is false.
-    Why: collectives between the GPUs fall back to slower paths or fail (seed 004
-    anti-pattern 6: slow training scaling); on an NVSwitch system a GPU without links cannot
+    Why: collectives between the GPUs fall back to slower paths or fail (training that does not
+    scale with GPUs); on an NVSwitch system a GPU without links cannot
     join the fabric. Azure's health checks fail a node for any inactive link.
     Evidence: the inactive links, the active count, and the GPU's lines of the listing.
     Remediation: reset the GPU (restart fabric manager), then reseat or replace.
     """
     if snap.nvlink is None:
         return
-    policy = host_policy(snap, ctx.policy)
+    policy = ctx.settings_for(snap)
     if policy.get("nvlink_expected") is False:
         return
     for entry in snap.nvlink:
@@ -146,9 +145,7 @@ def nvlink_errors(rule: Rule, snap: HostSnapshot, ctx: RuleContext) -> Iterable[
     """
     if snap.nvlink is None:
         return
-    limits = {
-        str(k): int(v) for k, v in host_policy(snap, ctx.policy)["nvlink_error_limits"].items()
-    }
+    limits = {str(k): int(v) for k, v in ctx.settings_for(snap)["nvlink_error_limits"].items()}
     for entry in snap.nvlink:
         over: dict[str, dict[str, int]] = {}
         for link in entry.links:

@@ -37,6 +37,9 @@ DEFAULT_POLICY: dict[str, Any] = {
     # The mig-parted configuration (a name in mig_configs) the host's GPUs should follow, and
     # the site's mig-parted ``mig-configs`` map (gpuaudit.policy reads it from the policy file).
     "mig_config_name": None,
+    # Whether remediation may stop the daemons that hold the GPUs (nvidia-persistenced, DCGM)
+    # around a MIG mode change that needs a GPU reset, and start them again after.
+    "mig_stop_services": False,
     "mig_configs": {},
     # "nvidia" | "amd" | None; when set, the vendor's CLI must be installed.
     "gpu_vendor": None,
@@ -48,7 +51,7 @@ DEFAULT_POLICY: dict[str, Any] = {
     # NVIDIA memory error management / DCGM: 512 uncorrectable row remaps means RMA.
     "remapped_rows_uncorrectable_limit": 512,
     # Corrected-error volume (GA308). NVIDIA sets no limit on corrected errors; these are the
-    # public health checks' (reference notes, "Other thresholds"): Meta gcm warns above 50 M
+    # public health checks' (docs/field-guide/gpu-memory-errors.md): Meta gcm warns above 50 M
     # corrected errors, Azure fails an H100 above 10,000 SRAM or 20 M DRAM correctable errors.
     "ecc_corrected_limit": 50_000_000,
     "ecc_sram_corrected_limit": 10_000,
@@ -64,9 +67,10 @@ DEFAULT_POLICY: dict[str, Any] = {
     ],
     "datacenter_gpu_name_exclusions": ["RTX", "GeForce", "Quadro", "TITAN"],
     # --- state at collection time ---
-    # Seed 000's GPUHighTemperature alert (> 80 °C; "throttling starts ~80°C").
+    # The field guide's GPU temperature alert, above 80 °C (docs/field-guide/thermal.md).
     "temperature_alert_c": 80,
-    # Seed 004 M2: keep 20 % of GPU memory free; seed 000's GPUMemoryPressure alert at 95 %.
+    # Keep 20 % of GPU memory free; the memory pressure alert fires above 95 % used
+    # (docs/field-guide/memory-and-oom.md#keep-memory-headroom).
     # The headroom also sizes what the capacity rules count as usable (GA801, GA802).
     "memory_headroom_pct": 20,
     "memory_pressure_pct": 95,
@@ -76,8 +80,8 @@ DEFAULT_POLICY: dict[str, Any] = {
     # The reason is printed in the finding so the register shows why it departs from NVIDIA.
     "xid_overrides": {},
     # --- clocks ---
-    # Reference notes "PCIe, thermal, services": these clock-event reasons are risks;
-    # sw_power_cap and gpu_idle are normal operation and are never flagged.
+    # These clock-event reasons are risks; sw_power_cap and gpu_idle are normal operation and
+    # are never flagged (docs/field-guide/thermal.md#thermal-throttling).
     "slowdown_reasons": [
         "hw_slowdown",
         "hw_thermal_slowdown",
@@ -85,7 +89,8 @@ DEFAULT_POLICY: dict[str, Any] = {
         "sw_thermal_slowdown",
     ],
     # --- services ---
-    # Reference notes: persistence mode should be enabled on compute nodes.
+    # Persistence mode should be enabled on compute nodes
+    # (docs/field-guide/driver-failures.md#services-the-driver-needs).
     "persistence_mode_required": True,
     # NVSwitch heuristic (see services.py): GPU names sold only as HGX/DGX SXM boards, and the
     # GPU count from which such a board carries NVSwitches (4-GPU HGX boards wire NVLink
@@ -103,8 +108,8 @@ DEFAULT_POLICY: dict[str, Any] = {
     # PCIe and NVL variants carry the same model names but bridge pairs instead of switches.
     "nvswitch_gpu_name_exclusions": ["PCIe", "NVL"],
     "nvswitch_min_gpus": 8,
-    # Seed 000 observability / seed 004 M-metrics need a DCGM agent on every datacenter-GPU
-    # host: any one of these systemd units running satisfies GA403. Sites that run
+    # The GPU metrics and alerts of docs/field-guide/monitoring.md need a DCGM agent on every
+    # datacenter-GPU host: any one of these systemd units running satisfies GA403. Sites that run
     # dcgm-exporter as a Kubernetes DaemonSet (no host unit) set monitoring_required: false.
     "monitoring_required": True,
     "monitoring_services": ["nvidia-dcgm", "dcgm", "dcgm-exporter"],
@@ -123,7 +128,7 @@ DEFAULT_POLICY: dict[str, Any] = {
     # Hosts whose GPUs serve several tenants (teams, customers): they should be isolated by MIG.
     "multi_tenant": False,
     # --- system ---
-    # Seed 000 "Network bottlenecks in inference": TCP buffers for large payloads.
+    # TCP buffers for large payloads (docs/field-guide/network-tuning.md).
     "sysctl_baseline": {"net.core.rmem_max": 134217728, "net.core.wmem_max": 134217728},
     # The NVIDIA driver creates /dev/nvidia* as 0666 by default; sites that rely on that
     # (single-tenant hosts) can set this to True to silence GA602.
@@ -142,17 +147,16 @@ DEFAULT_POLICY: dict[str, Any] = {
         r"kmod-nvidia",
         r"cuda-drivers",
     ],
-    # --- capacity (seed 000, "Memory calculation for LLMs") ---
+    # --- capacity (docs/field-guide/llm-memory.md) ---
     # Model sizes in billions of parameters to summarise per host (GA801).
     "capacity_model_sizes_b": [7, 13, 34, 70, 405],
-    # Bytes per parameter by precision (seed 000's quantization table: FP32 4, FP16 2, INT8 1,
-    # INT4 0.5).
+    # Bytes per parameter by precision (FP32 4, FP16 2, INT8 1, INT4 0.5).
     "capacity_precisions": {"fp16": 2, "int8": 1, "int4": 0.5},
-    # KV cache added to every model size (GiB): seed 000's example, Llama 7B at 4096 tokens,
+    # KV cache added to every model size (GiB): one request of a 7B model at 4096 tokens,
     # 2 × 32 layers × 32 heads × 128 dim × 4096 × 2 bytes = 2 GiB for one request.
     "capacity_kv_cache_gib": 2.0,
     # Models the site must serve (GA802): [{"name": "llama-3-70b", "params_b": 70,
-    # "precision": "fp16"}]; optional "kv_cache_gib", or the architecture for the seed's formula
+    # "precision": "fp16"}]; optional "kv_cache_gib", or the architecture for the KV formula
     # ("layers", "heads" = key/value heads, "head_dim", "context_length",
     # "concurrent_requests"), and
     # "placement": "host" (tensor parallel across the host's GPUs, the default) or "gpu".
@@ -207,6 +211,11 @@ def host_policy(snap: HostSnapshot, policy: Mapping[str, Any] | None) -> dict[st
     host_data (groups, ssh settings) is not policy.
     """
     return merge_policy(DEFAULT_POLICY, policy, host_overrides(snap.host_data))
+
+
+def policy_keys() -> tuple[str, ...]:
+    """Every host-data key that sets a policy value (the settings and their aliases)."""
+    return (*DEFAULT_POLICY, *_HOST_ALIASES)
 
 
 def host_overrides(host_data: Mapping[str, Any]) -> dict[str, Any]:

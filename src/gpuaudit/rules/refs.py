@@ -1,8 +1,16 @@
 """References the rules cite, named once so every rule spells a source the same way.
 
-URLs are the vendor documents listed in the project's reference notes
-(shared/reference/xid-ecc-rules.md); ``SEED_*`` names a section of the source documents the
-register's checklists come from; ``REF_*`` names a section of the reference notes themselves.
+A reference is one of two kinds, and a reader can follow either:
+
+- a web address (``https://…``): vendor documentation and public health-check projects;
+- a page of gpuaudit's own documentation, written as its path in the repository with the
+  section's anchor (``docs/field-guide/xid.md#common-xid-codes``). ``GUIDE_*`` name sections
+  of the field guide (docs/field-guide/), which states in gpuaudit's words the operational
+  knowledge the rules and checklists rely on, and cites the public sources behind it;
+  ``DOCS_*`` name other pages of docs/.
+
+The HTML report links both kinds (the run directory carries a copy of the docs pages it cites);
+tests/rules/test_references.py holds every reference to one of them.
 """
 
 from __future__ import annotations
@@ -31,46 +39,79 @@ DCGM_HEALTH = "https://github.com/NVIDIA/DCGM/blob/master/modules/health/DcgmHea
 AZURE_HEALTH = "https://github.com/Azure/azurehpc-health-checks"
 META_GCM = "https://github.com/facebookresearch/gcm"
 
-# Seed documents (shared/seeds/).
-SEED_XID_TABLE = "seed 000: XID table (Common XID error codes)"
-SEED_DRIVER_TABLE = "seed 000: Driver and runtime failures (error pattern table)"
-SEED_NETWORK = "seed 000: Network bottlenecks in inference (TCP buffer sysctls)"
-SEED_MIG = "seed 000: MIG (Multi-Instance GPU) for isolation"
-SEED_ISOLATION = "seed 000: Multi-tenant GPU isolation (thermal throttling, PCIe contention)"
-SEED_CHECKLIST = "seed 000: Failure mode checklist"
-SEED_OOM = "seed 000: OOM: GPU memory vs system memory"
-SEED_LLM_MEMORY = "seed 000: Memory calculation for LLMs (model memory, KV cache per request)"
-SEED_QUANTIZATION = "seed 000: Quantization to reduce memory (FP16 / INT8 / INT4)"
-SEED_OBSERVABILITY = "seed 000: Observability (DCGM metrics, dcgm-exporter deployment)"
-SEED_ALERTS = "seed 000: Alert rules for GPU workloads (temperature > 80 °C, memory > 95 %)"
-SEED_M2_HEADROOM = "seed 004: M2 GPU memory usage (keep headroom 20 %)"
-SEED_M3_TEMPERATURE = "seed 004: M3 GPU temperature / M13 temperature throttles"
-SEED_F1_OOM = "seed 004: F1 OOM"
-SEED_F5_NOISY = "seed 004: F5 Noisy neighbor"
-SEED_F7_MISMATCH = "seed 004: F7 DLL version mismatch"
-SEED_TOOLS_DCGM = "seed 004: Best tools to measure gpu (NVIDIA DCGM; host agents required)"
-SEED_PREPROD = "seed 004: Pre-production checklist (model fits GPU memory, driver/runtime compat)"
-SEED_ANTI_1 = "seed 004: anti-pattern 1 (repeated OOMs)"
-SEED_ANTI_3 = "seed 004: anti-pattern 3 (sudden throughput drop: thermal throttling)"
-SEED_ANTI_5 = "seed 004: anti-pattern 5 (noisy neighbour: dedicated nodes or MIG)"
-SEED_ANTI_6 = "seed 004: anti-pattern 6 (slow training scaling: poor NCCL topology, use NVLink)"
-SEED_ANTI_8 = "seed 004: anti-pattern 8 (inaccurate metrics: missing exporters)"
-SEED_ANTI_11 = "seed 004: anti-pattern 11 (PCIe errors: hardware or cabling)"
-SEED_ANTI_18 = "seed 004: anti-pattern 18 (scheduler fragmentation: small GPU allocations)"
-SEED_SECURITY = "seed 004: Security basics (audit driver and runtime versions)"
-SEED_F2_THERMAL = "seed 004: F2 Thermal throttle"
-SEED_F3_DRIVER = "seed 004: F3 Driver crash"
-SEED_F4_PCIE = "seed 004: F4 PCIe error"
-SEED_M14_ERRORS = "seed 004: M14 GPU error rates"
-SEED_SAFE_DEPLOY = "seed 004: Safe deployments (canary driver updates)"
-SEED_ANTI_10 = "seed 004: anti-pattern 10 (firmware or driver mismatch across nodes)"
-SEED_ANTI_4 = "seed 004: anti-pattern 4 (driver crashes after upgrade: pin versions)"
-SEED_ANTI_23 = "seed 004: anti-pattern 23 (unauthorized GPU access, device permissions)"
-SEED_ANTI_24 = "seed 004: anti-pattern 24 / observability pitfalls (not collecting driver logs)"
-SEED_INCIDENT = "seed 004: Incident checklist (check driver and kernel logs)"
+# The Linux kernel's sysctl documentation.
+KERNEL_NET_SYSCTL = "https://docs.kernel.org/admin-guide/sysctl/net.html"
+KERNEL_IP_SYSCTL = "https://docs.kernel.org/networking/ip-sysctl.html"
 
-# Sections of shared/reference/xid-ecc-rules.md.
-REF_XID = "reference: xid-ecc-rules.md, XID catalogue"
-REF_MEMORY = "reference: xid-ecc-rules.md, Memory errors"
-REF_PCIE_SERVICES = "reference: xid-ecc-rules.md, PCIe, thermal, services"
-REF_MIG = "reference: xid-ecc-rules.md, MIG"
+# gpuaudit's field guide (docs/field-guide/), by page and section.
+_GUIDE = "docs/field-guide/"
+
+GUIDE_XID_LOG = _GUIDE + "xid.md#reading-an-xid-line"
+GUIDE_XID_TABLE = _GUIDE + "xid.md#common-xid-codes"
+GUIDE_XID_ACTIONS = _GUIDE + "xid.md#immediate-action-per-code"
+GUIDE_XID_READINGS = _GUIDE + "xid.md#how-other-health-checks-read-xids"
+
+GUIDE_ECC = _GUIDE + "gpu-memory-errors.md#correctable-and-uncorrectable-errors"
+GUIDE_ROW_REMAPPING = _GUIDE + "gpu-memory-errors.md#row-remapping"
+GUIDE_PAGE_RETIREMENT = _GUIDE + "gpu-memory-errors.md#page-retirement"
+GUIDE_MEMORY_THRESHOLDS = _GUIDE + "gpu-memory-errors.md#thresholds-used-by-public-health-checks"
+GUIDE_ECC_MODE = _GUIDE + "gpu-memory-errors.md#ecc-mode"
+
+GUIDE_DRIVER_ERRORS = _GUIDE + "driver-failures.md#error-patterns"
+GUIDE_DRIVER_DEBUGGING = _GUIDE + "driver-failures.md#debugging-a-driver-problem"
+GUIDE_DRIVER_CRASH = _GUIDE + "driver-failures.md#driver-crashes"
+GUIDE_LIBRARY_MISMATCH = _GUIDE + "driver-failures.md#library-version-mismatch"
+GUIDE_CUDA_COMPAT = _GUIDE + "driver-failures.md#cuda-compatibility"
+GUIDE_DRIVER_SERVICES = _GUIDE + "driver-failures.md#services-the-driver-needs"
+
+GUIDE_PIN_VERSIONS = _GUIDE + "driver-upgrades.md#pin-driver-versions"
+GUIDE_CANARY = _GUIDE + "driver-upgrades.md#canary-upgrades"
+GUIDE_UNIFORM_VERSIONS = _GUIDE + "driver-upgrades.md#one-version-per-gpu-model"
+GUIDE_VERSION_AUDIT = _GUIDE + "driver-upgrades.md#audit-driver-and-firmware-versions"
+
+GUIDE_TEMPERATURE = _GUIDE + "thermal.md#watching-temperature"
+GUIDE_THROTTLING = _GUIDE + "thermal.md#thermal-throttling"
+
+GUIDE_PCIE_DEGRADED = _GUIDE + "pcie-and-nvlink.md#degraded-pcie-links"
+GUIDE_PCIE_ERRORS = _GUIDE + "pcie-and-nvlink.md#pcie-link-errors"
+GUIDE_NVLINK = _GUIDE + "pcie-and-nvlink.md#nvlink-and-collective-topology"
+
+GUIDE_MIG_ISOLATION = _GUIDE + "mig.md#what-mig-isolates"
+GUIDE_MIG_MODE = _GUIDE + "mig.md#enabling-mig-mode"
+GUIDE_MIG_INSTANCES = _GUIDE + "mig.md#creating-instances"
+GUIDE_MIG_LAYOUT = _GUIDE + "mig.md#declaring-the-layout"
+GUIDE_MIG_SCHEDULING = _GUIDE + "mig.md#scheduling-mig-slices"
+GUIDE_MIG_FRAGMENTATION = _GUIDE + "mig.md#fragmentation"
+
+GUIDE_ISOLATION = _GUIDE + "multi-tenant-isolation.md#isolation-problems-on-shared-gpus"
+GUIDE_NOISY_NEIGHBOURS = _GUIDE + "multi-tenant-isolation.md#noisy-neighbours"
+GUIDE_DEVICE_PERMISSIONS = _GUIDE + "multi-tenant-isolation.md#device-permissions"
+
+GUIDE_OOM = _GUIDE + "memory-and-oom.md#gpu-oom-and-system-oom"
+GUIDE_MEMORY_HEADROOM = _GUIDE + "memory-and-oom.md#keep-memory-headroom"
+GUIDE_REPEATED_OOMS = _GUIDE + "memory-and-oom.md#repeated-ooms"
+GUIDE_FRAMEWORK_MEMORY = _GUIDE + "memory-and-oom.md#framework-settings"
+
+GUIDE_LLM_MEMORY = _GUIDE + "llm-memory.md#memory-a-model-needs"
+GUIDE_QUANTIZATION = _GUIDE + "llm-memory.md#quantization"
+GUIDE_CAPACITY = _GUIDE + "llm-memory.md#how-gpuaudit-checks-capacity"
+
+GUIDE_NETWORK_BOUND = _GUIDE + "network-tuning.md#when-inference-is-network-bound"
+GUIDE_TCP_BUFFERS = _GUIDE + "network-tuning.md#tcp-socket-buffer-limits"
+
+GUIDE_METRICS = _GUIDE + "monitoring.md#metrics-to-collect"
+GUIDE_ALERTS = _GUIDE + "monitoring.md#alert-rules"
+GUIDE_DCGM = _GUIDE + "monitoring.md#running-dcgm"
+GUIDE_MONITORING_GAPS = _GUIDE + "monitoring.md#blind-spots"
+GUIDE_DRIVER_LOGS = _GUIDE + "monitoring.md#collect-driver-logs"
+GUIDE_ERROR_RATES = _GUIDE + "monitoring.md#error-rates"
+
+GUIDE_FIRST_CHECKS = _GUIDE + "failure-checklist.md#first-checks-by-symptom"
+GUIDE_INCIDENT = _GUIDE + "failure-checklist.md#incident-checklist"
+
+GUIDE_PREPRODUCTION = _GUIDE + "readiness-checklists.md#pre-production-checklist"
+GUIDE_PRODUCTION = _GUIDE + "readiness-checklists.md#production-readiness-checklist"
+
+# How gpuaudit reports what it could not check (docs/audit-coverage.md).
+DOCS_PARTIAL_FAILURE = "docs/audit-coverage.md#partial-failure-is-data"
+DOCS_RULE_FAILURE = "docs/audit-coverage.md#a-rule-that-fails"

@@ -11,7 +11,6 @@ from gpuaudit.rules import refs
 from gpuaudit.rules.base import Evidence, Finding, Owner, Rule, RuleContext, Severity, rule
 from gpuaudit.rules.evidence import gpu_label, section_excerpt
 from gpuaudit.rules.hardware import is_datacenter_gpu
-from gpuaudit.rules.policy_defaults import host_policy
 from gpuaudit.rules.software import host_driver_version
 from gpuaudit.rules.versions import same_version
 
@@ -34,10 +33,11 @@ def _service(snap: HostSnapshot, name: str) -> Service | None:
     likelihood=4,
     impact=2,
     remediation=(
-        "Enable and start nvidia-persistenced (systemctl enable --now nvidia-persistenced) so "
+        "Enable and start nvidia-persistenced with gpuaudit.operations.persistence.enable "
+        "(deploys/remediate.py; by hand: systemctl enable --now nvidia-persistenced) so "
         "persistence mode is on for every GPU and survives reboots."
     ),
-    references=(refs.PERSISTENCE, refs.REF_PCIE_SERVICES, refs.SEED_F3_DRIVER),
+    references=(refs.PERSISTENCE, refs.GUIDE_DRIVER_SERVICES, refs.GUIDE_DRIVER_CRASH),
     operation="gpuaudit.operations.persistence.enable",
 )
 def persistence_off(rule: Rule, snap: HostSnapshot, ctx: RuleContext) -> Iterable[Finding]:
@@ -48,12 +48,12 @@ def persistence_off(rule: Rule, snap: HostSnapshot, ctx: RuleContext) -> Iterabl
     low-severity host finding (set by the legacy ``nvidia-smi -pm 1``, lost at reboot).
     Silent when policy ``persistence_mode_required`` is false.
     Why: without persistence the driver tears a GPU's state down whenever no process holds it:
-    every job start pays the initialisation (seconds per GPU), nvidia-smi is slow, and the
-    reference notes ask for it on every compute node.
+    every job start pays the initialisation (seconds per GPU), nvidia-smi is slow, and NVIDIA
+    recommends it on every compute node.
     Evidence: the persistence mode per GPU and the daemon's systemctl state.
     Remediation: enable nvidia-persistenced (gpuaudit.operations.persistence.enable).
     """
-    if not host_policy(snap, ctx.policy).get("persistence_mode_required", True):
+    if not ctx.settings_for(snap).get("persistence_mode_required", True):
         return
     daemon = _service(snap, PERSISTENCED)
     daemon_state = (
@@ -166,7 +166,7 @@ def fabric_manager_packages(snap: HostSnapshot) -> list[Package]:
         "nvidia-fabricmanager-535 535.129.03 for driver 535.129.03), enable and start it "
         "(systemctl enable --now nvidia-fabricmanager), and check /var/log/fabricmanager.log."
     ),
-    references=(refs.FABRIC_MANAGER, refs.REF_PCIE_SERVICES),
+    references=(refs.FABRIC_MANAGER, refs.GUIDE_DRIVER_SERVICES),
 )
 def fabric_manager(rule: Rule, snap: HostSnapshot, ctx: RuleContext) -> Iterable[Finding]:
     """An NVSwitch system whose fabric manager is missing, stopped, or at another version.
@@ -182,7 +182,7 @@ def fabric_manager(rule: Rule, snap: HostSnapshot, ctx: RuleContext) -> Iterable
     driver versions.
     Remediation: install fabric manager at the driver's version and start it.
     """
-    reason = nvswitch_reason(snap, host_policy(snap, ctx.policy))
+    reason = nvswitch_reason(snap, ctx.settings_for(snap))
     if reason is None:
         return
     service = _service(snap, FABRIC_MANAGER)
@@ -234,16 +234,17 @@ def fabric_manager(rule: Rule, snap: HostSnapshot, ctx: RuleContext) -> Iterable
     likelihood=4,
     impact=3,
     remediation=(
-        "Install DCGM (datacenter-gpu-manager) and enable its host engine (systemctl enable "
-        "--now nvidia-dcgm), run dcgm-exporter for Prometheus, and load seed 000's alert rules "
-        "(temperature, memory pressure, XID); or declare the Kubernetes DaemonSet that does "
-        "it with monitoring_required: false."
+        "Install DCGM (datacenter-gpu-manager) and enable its host engine "
+        "(gpuaudit.operations.services.enable, or systemctl enable --now nvidia-dcgm), run "
+        "dcgm-exporter for Prometheus, and load GPU alert rules "
+        "(temperature, memory pressure, XID: docs/field-guide/monitoring.md#alert-rules); or "
+        "declare the Kubernetes DaemonSet that does it with monitoring_required: false."
     ),
     references=(
-        refs.SEED_OBSERVABILITY,
-        refs.SEED_ALERTS,
-        refs.SEED_TOOLS_DCGM,
-        refs.SEED_ANTI_8,
+        refs.GUIDE_DCGM,
+        refs.GUIDE_METRICS,
+        refs.GUIDE_ALERTS,
+        refs.GUIDE_MONITORING_GAPS,
         refs.DCGM_GUIDE,
         refs.DCGM_EXPORTER,
     ),
@@ -256,15 +257,15 @@ def monitoring_absent(rule: Rule, snap: HostSnapshot, ctx: RuleContext) -> Itera
     one of ``monitoring_services`` (nvidia-dcgm, dcgm, dcgm-exporter) is active. Silent when
     the service list was not collected, and when ``monitoring_required`` is false (sites whose
     dcgm-exporter runs as a Kubernetes DaemonSet have no host unit to find).
-    Why: without DCGM nothing records the GPU metrics seed 000 alerts on (temperature, memory
-    pressure, XID counts) or seed 004's M1–M14; failures are found by the jobs that hit them
-    (seed 004 anti-pattern 8: missing exporters). The audit is a snapshot; monitoring is the
-    history between audits.
+    Why: without DCGM nothing records the GPU metrics the alerts read (temperature, memory
+    pressure, XIDs) or the utilisation, power and error rates a fleet is run by; failures are
+    found by the jobs that hit them. The audit is a snapshot; monitoring is the history between
+    audits.
     Evidence: the monitoring units and their states, and whether DCGM packages are installed.
     Remediation: enable the DCGM host engine and dcgm-exporter
     (gpuaudit.operations.services.enable).
     """
-    policy = host_policy(snap, ctx.policy)
+    policy = ctx.settings_for(snap)
     if not policy.get("monitoring_required", True) or not snap.services:
         return
     if not any(is_datacenter_gpu(g, policy) for g in snap.gpus):

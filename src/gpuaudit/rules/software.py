@@ -9,7 +9,6 @@ from gpuaudit.model.snapshot import HostSnapshot, HostStatus
 from gpuaudit.rules import refs
 from gpuaudit.rules.base import Evidence, Finding, Owner, Rule, RuleContext, Severity, rule
 from gpuaudit.rules.evidence import gpu_label, section_excerpt
-from gpuaudit.rules.policy_defaults import host_policy
 
 
 def host_driver_version(snap: HostSnapshot) -> str | None:
@@ -32,14 +31,21 @@ def host_driver_version(snap: HostSnapshot) -> str | None:
         "or reinstall it for the running kernel (DKMS build missing after a kernel update), "
         "then reboot if a GPU stays unreachable."
     ),
-    references=(refs.NVIDIA_SMI, refs.SEED_DRIVER_TABLE, refs.SEED_F3_DRIVER, refs.SEED_CHECKLIST),
+    references=(
+        refs.NVIDIA_SMI,
+        refs.GUIDE_DRIVER_DEBUGGING,
+        refs.GUIDE_DRIVER_ERRORS,
+        refs.GUIDE_DRIVER_CRASH,
+        refs.GUIDE_FIRST_CHECKS,
+    ),
 )
 def driver_not_responding(rule: Rule, snap: HostSnapshot, ctx: RuleContext) -> Iterable[Finding]:
     """nvidia-smi is installed but cannot talk to the driver.
 
     Checks: host status DRIVER_NOT_RESPONDING, and whether /proc/driver/nvidia/version exists
     (no file: the kernel module is not loaded; a file: loaded but not answering).
-    Why: no CUDA program can start; seed 000's "CUDA initialization error" and "Node NotReady".
+    Why: no CUDA program can start ("CUDA initialization error"), and in Kubernetes the node
+    goes NotReady or offers no GPUs.
     Evidence: the status and nvidia-smi's own output.
     Remediation: load or rebuild the kernel module; reboot if it stays unreachable.
     """
@@ -76,7 +82,7 @@ def driver_not_responding(rule: Rule, snap: HostSnapshot, ctx: RuleContext) -> I
         "Drain the GPU and reset it (nvidia-smi -r -i <gpu>); reboot if the reset fails; check "
         "the kernel log for the XID that preceded it."
     ),
-    references=(refs.NVIDIA_SMI, refs.SEED_CHECKLIST, refs.SEED_F3_DRIVER),
+    references=(refs.NVIDIA_SMI, refs.GUIDE_FIRST_CHECKS, refs.GUIDE_DRIVER_CRASH),
 )
 def gpu_error_state(rule: Rule, snap: HostSnapshot, ctx: RuleContext) -> Iterable[Finding]:
     """A GPU that nvidia-smi lists but that answers with an error.
@@ -118,7 +124,7 @@ _VENDOR_TOOLS = {"nvidia": ("nvidia-smi",), "amd": ("rocm-smi", "amd-smi")}
         "Install the vendor's driver utilities (nvidia-utils / nvidia-compute-utils for "
         "nvidia-smi; rocm-smi-lib or amdsmi for AMD) matching the installed driver."
     ),
-    references=(refs.NVIDIA_SMI, refs.SEED_DRIVER_TABLE, refs.SEED_INCIDENT),
+    references=(refs.NVIDIA_SMI, refs.GUIDE_DRIVER_DEBUGGING, refs.GUIDE_INCIDENT),
 )
 def gpu_tool_missing(rule: Rule, snap: HostSnapshot, ctx: RuleContext) -> Iterable[Finding]:
     """The GPU vendor's CLI is not installed on a host that should have GPUs.
@@ -133,7 +139,7 @@ def gpu_tool_missing(rule: Rule, snap: HostSnapshot, ctx: RuleContext) -> Iterab
     """
     if not snap.tools:
         return
-    policy = host_policy(snap, ctx.policy)
+    policy = ctx.settings_for(snap)
     vendor = str(policy.get("gpu_vendor") or "").lower() or None
     expected = policy.get("expected_gpu_count")
     if vendor is None and isinstance(expected, int) and expected > 0:
@@ -168,7 +174,7 @@ def gpu_tool_missing(rule: Rule, snap: HostSnapshot, ctx: RuleContext) -> Iterab
         "(run it with sudo, or kernel.dmesg_restrict=0 / journal access via the "
         "systemd-journal or adm group)."
     ),
-    references=(refs.XID_CATALOG, refs.SEED_ANTI_24, refs.SEED_INCIDENT),
+    references=(refs.XID_CATALOG, refs.GUIDE_DRIVER_LOGS, refs.GUIDE_XID_LOG, refs.GUIDE_INCIDENT),
 )
 def kernel_log_unreadable(rule: Rule, snap: HostSnapshot, ctx: RuleContext) -> Iterable[Finding]:
     """Neither dmesg nor journalctl -k could be read.
@@ -215,10 +221,12 @@ def kernel_log_unreadable(rule: Rule, snap: HostSnapshot, ctx: RuleContext) -> I
     likelihood=3,
     impact=4,
     remediation=(
-        "Hold the driver packages (apt-mark hold …, or dnf versionlock add …) and upgrade them "
-        "only through the staged driver upgrade (canary, waves, health gates)."
+        "Pin and hold the driver packages together with their libraries and fabric manager "
+        "with gpuaudit.operations.driver.pin (deploys/remediate.py): an apt preferences pin "
+        "plus apt-mark hold, or dnf versionlock; upgrade them only through a staged driver "
+        "upgrade (canary, waves, health gates)."
     ),
-    references=(refs.SEED_ANTI_4, refs.SEED_SAFE_DEPLOY, refs.SEED_F3_DRIVER),
+    references=(refs.GUIDE_PIN_VERSIONS, refs.GUIDE_CANARY, refs.GUIDE_LIBRARY_MISMATCH),
     operation="gpuaudit.operations.driver.pin",
 )
 def driver_not_held(rule: Rule, snap: HostSnapshot, ctx: RuleContext) -> Iterable[Finding]:
@@ -228,11 +236,11 @@ def driver_not_held(rule: Rule, snap: HostSnapshot, ctx: RuleContext) -> Iterabl
     state (apt-mark showhold / dnf versionlock).
     Why: an unattended upgrade replaces the user-space driver while the old kernel module is
     loaded ("driver/library version mismatch") and rolls a new driver out to the whole fleet at
-    once, skipping the canary the seed asks for.
+    once, skipping the canary a staged upgrade starts with.
     Evidence: the driver packages and their versions, and the hold list.
     Remediation: hold the packages (gpuaudit.operations.driver.pin).
     """
-    patterns = [re.compile(p) for p in host_policy(snap, ctx.policy)["driver_package_patterns"]]
+    patterns = [re.compile(p) for p in ctx.settings_for(snap)["driver_package_patterns"]]
     driver = [p for p in snap.packages if any(rx.match(p.name) for rx in patterns)]
     if not driver or any(p.held for p in driver):
         return
@@ -263,23 +271,24 @@ def driver_not_held(rule: Rule, snap: HostSnapshot, ctx: RuleContext) -> Iterabl
     likelihood=3,
     impact=3,
     remediation=(
-        "Move the host to the desired driver with the staged upgrade (gpuaudit upgrade "
-        "<inventory> --to <version>), or update the policy if the desired version changed."
+        "Move the host to the desired driver in stages, canary first (drain, "
+        "gpuaudit.operations.driver.unpin, install, gpuaudit.operations.driver.pin, reboot, "
+        "re-audit), or update the policy if the desired version changed."
     ),
-    references=(refs.SEED_ANTI_10, refs.SEED_SAFE_DEPLOY, refs.SEED_DRIVER_TABLE),
+    references=(refs.GUIDE_UNIFORM_VERSIONS, refs.GUIDE_CANARY, refs.GUIDE_DRIVER_ERRORS),
 )
 def driver_not_desired(rule: Rule, snap: HostSnapshot, ctx: RuleContext) -> Iterable[Finding]:
     """The host's driver is not the version the site policy or inventory asks for.
 
     Checks: the driver version against ``desired_driver_version`` (policy or host_data).
     Silent when no version is desired or the driver version is unknown (GA101 covers that).
-    Why: images and CUDA runtimes are built and tested for one driver; seed 000 lists
-    "driver version is insufficient" as a common failure, and mixed drivers make incidents
+    Why: images and CUDA runtimes are built and tested for one driver; "CUDA driver version is
+    insufficient" is a common failure on hosts left behind, and mixed drivers make incidents
     hard to compare.
     Evidence: installed and desired versions.
     Remediation: staged upgrade to the desired version.
     """
-    desired = host_policy(snap, ctx.policy).get("desired_driver_version")
+    desired = ctx.settings_for(snap).get("desired_driver_version")
     installed = host_driver_version(snap)
     if not desired or not installed or str(desired) == installed:
         return

@@ -8,7 +8,6 @@ from gpuaudit.model.snapshot import HostSnapshot
 from gpuaudit.rules import refs
 from gpuaudit.rules.base import Evidence, Finding, Owner, Rule, RuleContext, Severity, rule
 from gpuaudit.rules.evidence import section_excerpt
-from gpuaudit.rules.policy_defaults import host_policy
 
 
 def _sysctl_line(snap: HostSnapshot, key: str) -> str:
@@ -40,25 +39,32 @@ def _as_int(raw: str | None) -> int | None:
     likelihood=3,
     impact=2,
     remediation=(
-        "Set the value in a drop-in file, e.g. /etc/sysctl.d/90-gpuaudit.conf with "
-        "`net.core.rmem_max = 134217728` and `net.core.wmem_max = 134217728`, then "
-        "`sysctl --system`."
+        "Run gpuaudit.operations.sysctl.baseline (deploys/remediate.py): it writes the site's "
+        "sysctl_baseline as one drop-in file, /etc/sysctl.d/90-gpuaudit.conf (e.g. "
+        "`net.core.rmem_max = 134217728`), replaced whole, applies it with `sysctl -p` and "
+        "reports any later drop-in or /etc/sysctl.conf line that shadows a value."
     ),
-    references=(refs.SEED_NETWORK,),
+    operation="gpuaudit.operations.sysctl.baseline",
+    references=(
+        refs.GUIDE_TCP_BUFFERS,
+        refs.GUIDE_NETWORK_BOUND,
+        refs.KERNEL_NET_SYSCTL,
+        refs.KERNEL_IP_SYSCTL,
+    ),
 )
 def sysctl_baseline(rule: Rule, snap: HostSnapshot, ctx: RuleContext) -> Iterable[Finding]:
     """A kernel tunable in the policy's ``sysctl_baseline`` is below its minimum or unreadable.
 
     Checks: each key of ``sysctl_baseline`` (default net.core.rmem_max and net.core.wmem_max,
-    134217728 = 128 MiB, from seed 000) is at least the baseline. A value that was not
+    134217728 = 128 MiB) is at least the baseline. A value that was not
     collected or is not a number is a low-severity "could not read" finding.
     Why: with the distribution's default socket buffer limits, large inference payloads and
-    multi-node traffic are throttled by the kernel, not the network: seed 000's "network
-    bottlenecks in inference" (high latency with GPUs under 50 % busy).
+    multi-node traffic are throttled by the kernel, not the network: a network-bound
+    inference service shows high latency while its GPUs are under half busy.
     Evidence: the value read from /proc/sys and the baseline.
     Remediation: a drop-in in /etc/sysctl.d/ (not an append to /etc/sysctl.conf).
     """
-    baseline = host_policy(snap, ctx.policy).get("sysctl_baseline") or {}
+    baseline = ctx.settings_for(snap).get("sysctl_baseline") or {}
     for key, minimum in sorted(baseline.items()):
         raw = snap.sysctls.get(key)
         value = _as_int(raw)
@@ -97,7 +103,7 @@ def sysctl_baseline(rule: Rule, snap: HostSnapshot, ctx: RuleContext) -> Iterabl
         "the driver, and add the users (or the container runtime) to that group. Single-tenant "
         "sites can accept the driver default with world_writable_device_nodes_allowed: true."
     ),
-    references=(refs.SEED_ANTI_23, refs.NVIDIA_SMI),
+    references=(refs.GUIDE_DEVICE_PERMISSIONS, refs.NVIDIA_SMI),
 )
 def world_writable_nodes(rule: Rule, snap: HostSnapshot, ctx: RuleContext) -> Iterable[Finding]:
     """/dev/nvidia* device nodes any local user can write.
@@ -106,12 +112,12 @@ def world_writable_nodes(rule: Rule, snap: HostSnapshot, ctx: RuleContext) -> It
     world-writable ones. Silent when policy ``world_writable_device_nodes_allowed`` is true.
     Why: write access to the device nodes is full access to every GPU: any local account or
     container that sees them can use, starve or probe the GPUs outside the scheduler, and each
-    driver local-privilege-escalation advisory is reachable from it (seed 004 anti-pattern 23).
+    driver local-privilege-escalation advisory is reachable from it.
     0666 is the driver's default, so most hosts have it unless the site hardened it.
     Evidence: the nodes with their mode, owner and group.
     Remediation: driver module options that make the nodes 0660 for a GPU group.
     """
-    if host_policy(snap, ctx.policy).get("world_writable_device_nodes_allowed"):
+    if ctx.settings_for(snap).get("world_writable_device_nodes_allowed"):
         return
     nodes = [n for n in snap.device_nodes if "/dev/nvidia" in n.path and n.world_writable]
     if not nodes:

@@ -8,9 +8,13 @@ from gpuaudit.model.snapshot import Gpu, HostSnapshot
 from gpuaudit.rules import refs
 from gpuaudit.rules.base import Evidence, Finding, Owner, Rule, RuleContext, Severity, rule
 from gpuaudit.rules.evidence import gpu_label, gpu_xml_excerpt
-from gpuaudit.rules.policy_defaults import host_policy
 
-_PCIE_REFS = (refs.NVIDIA_SMI, refs.REF_PCIE_SERVICES, refs.SEED_F4_PCIE, refs.SEED_ISOLATION)
+_PCIE_REFS = (
+    refs.NVIDIA_SMI,
+    refs.GUIDE_PCIE_DEGRADED,
+    refs.GUIDE_PCIE_ERRORS,
+    refs.GUIDE_ISOLATION,
+)
 _IDLE_CAVEAT = (
     "idle GPUs lower their PCIe generation to save power; compared only while the GPU was busy"
 )
@@ -120,7 +124,7 @@ def pcie_generation(rule: Rule, snap: HostSnapshot, ctx: RuleContext) -> Iterabl
         "the slot's BIOS link settings; if the count keeps climbing after a reseat, replace "
         "the riser, then the GPU."
     ),
-    references=(*_PCIE_REFS, refs.DCGM_LIMITS, refs.SEED_ANTI_11),
+    references=(*_PCIE_REFS, refs.DCGM_LIMITS),
 )
 def pcie_replays(rule: Rule, snap: HostSnapshot, ctx: RuleContext) -> Iterable[Finding]:
     """The GPU's PCIe link has resent many packets since the driver loaded.
@@ -129,12 +133,12 @@ def pcie_replays(rule: Rule, snap: HostSnapshot, ctx: RuleContext) -> Iterable[F
     ``pcie_replay_limit`` (1000). The counter has no time base; DCGM's limit is a rate of
     8 replays a minute, so the default is about two hours at that rate.
     Why: every replay is a packet the link corrupted and resent: a marginal riser, cable or
-    slot (seed 004 F4 and anti-pattern 11). It costs bandwidth now and often ends in the link
+    slot. It costs bandwidth now and often ends in the link
     retraining narrower (GA501) or the GPU falling off the bus (XID 79).
     Evidence: the count, the limit and the raw PCI block.
     Remediation: reseat, check AER and BIOS; replace the riser or GPU if it keeps growing.
     """
-    limit = int(host_policy(snap, ctx.policy)["pcie_replay_limit"])
+    limit = int(ctx.settings_for(snap)["pcie_replay_limit"])
     for gpu in snap.gpus:
         count = gpu.pcie_replay_count
         if count is None or count < limit:

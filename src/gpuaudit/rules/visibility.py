@@ -15,7 +15,6 @@ from gpuaudit.model.snapshot import Gpu, HostSnapshot, HostStatus
 from gpuaudit.rules import refs
 from gpuaudit.rules.base import Evidence, Finding, Owner, Rule, RuleContext, Severity, rule
 from gpuaudit.rules.evidence import section_excerpt
-from gpuaudit.rules.policy_defaults import host_policy
 
 
 @rule(
@@ -32,7 +31,7 @@ from gpuaudit.rules.policy_defaults import host_policy
         "another driver such as vfio-pci); a GPU missing from the bus needs reseating or "
         "replacement."
     ),
-    references=(refs.SEED_F4_PCIE, refs.SEED_XID_TABLE, refs.REF_XID),
+    references=(refs.GUIDE_PCIE_ERRORS, refs.GUIDE_XID_TABLE, refs.GUIDE_XID_ACTIONS),
 )
 def gpu_count(rule: Rule, snap: HostSnapshot, ctx: RuleContext) -> Iterable[Finding]:
     """The driver shows fewer GPUs than the host was bought with, or than sit on its PCI bus.
@@ -54,7 +53,7 @@ def gpu_count(rule: Rule, snap: HostSnapshot, ctx: RuleContext) -> Iterable[Find
         return
     bus = nvidia_gpus_on_bus(snap.sections, snap.pci_devices)
     on_bus = None if bus is None else len(bus)
-    expected = host_policy(snap, ctx.policy).get("expected_gpu_count")
+    expected = ctx.settings_for(snap).get("expected_gpu_count")
     if isinstance(expected, int) and expected > 0:
         visible = len(snap.gpus)
         if visible >= expected:
@@ -104,7 +103,7 @@ def gpu_count(rule: Rule, snap: HostSnapshot, ctx: RuleContext) -> Iterable[Find
         "host's view (/sys/bus/pci, /proc/bus/pci); if a GPU is really missing from the "
         "listing, check the kernel log for PCIe AER errors and reseat it at the next drain."
     ),
-    references=(refs.SEED_F4_PCIE, refs.NVIDIA_SMI),
+    references=(refs.GUIDE_PCIE_ERRORS, refs.NVIDIA_SMI),
 )
 def gpus_missing_from_bus(rule: Rule, snap: HostSnapshot, ctx: RuleContext) -> Iterable[Finding]:
     """nvidia-smi lists more NVIDIA GPUs than lspci shows on the PCI bus.

@@ -9,7 +9,6 @@ from typing import Any
 from gpuaudit.model.snapshot import HostSnapshot, XidEvent
 from gpuaudit.rules import refs
 from gpuaudit.rules.base import Evidence, Finding, Owner, Rule, RuleContext, Severity, rule
-from gpuaudit.rules.policy_defaults import host_policy
 from gpuaudit.rules.xid_catalog import (
     ACTION_SCORE,
     ACTION_SEVERITY,
@@ -45,10 +44,11 @@ class _Verdict:
     references=(
         refs.XID_CATALOG,
         refs.NVSENTINEL_XID_MAP,
-        refs.REF_XID,
-        refs.SEED_XID_TABLE,
-        refs.SEED_INCIDENT,
-        refs.SEED_M14_ERRORS,
+        refs.GUIDE_XID_ACTIONS,
+        refs.GUIDE_XID_TABLE,
+        refs.GUIDE_XID_READINGS,
+        refs.GUIDE_INCIDENT,
+        refs.GUIDE_ERROR_RATES,
     ),
 )
 def xid_errors(rule: Rule, snap: HostSnapshot, ctx: RuleContext) -> Iterable[Finding]:
@@ -65,13 +65,13 @@ def xid_errors(rule: Rule, snap: HostSnapshot, ctx: RuleContext) -> Iterable[Fin
     Workflow codes depend on context: 48 with 63/64 on the same GPU means drain and reset; 45
     alone means restart fabric manager, after another XID it is only that error's clean-up;
     154 follows the recovery action it names; NVLink codes (74, 144–150) are high unless every
-    line says Nonfatal (medium). Where the seed or other tools (Azure, AWS EKS,
-    Meta gcm, DCGM) read a code differently the message says so; a site can override a code
-    with ``xid_overrides`` in its policy, and the reason is printed.
+    line says Nonfatal (medium). Where the field guide's table of common codes or other tools
+    (Azure, AWS EKS, Meta gcm, DCGM) read a code differently the message says so; a site can
+    override a code with ``xid_overrides`` in its policy, and the reason is printed.
     Evidence: the raw kernel-log lines (first and last), count, timestamps, PCI bus id.
     Remediation: the catalogue's step for the code, given in each finding.
     """
-    overrides = _overrides(host_policy(snap, ctx.policy).get("xid_overrides") or {})
+    overrides = _overrides(ctx.settings_for(snap).get("xid_overrides") or {})
     groups = _group(snap, (e for e in snap.xid_events if e.kind != "sxid"))
     codes_at: dict[Where, set[int]] = {}
     for where, code in groups:
@@ -126,7 +126,12 @@ def xid_errors(rule: Rule, snap: HostSnapshot, ctx: RuleContext) -> Iterable[Fin
         "reboot the node) and check the fabric manager log; non-fatal SXid: watch the link "
         "and plan a reset if it repeats."
     ),
-    references=(refs.FABRIC_MANAGER, refs.XID_CATALOG, refs.REF_PCIE_SERVICES),
+    references=(
+        refs.FABRIC_MANAGER,
+        refs.XID_CATALOG,
+        refs.GUIDE_XID_LOG,
+        refs.GUIDE_DRIVER_SERVICES,
+    ),
 )
 def sxid_errors(rule: Rule, snap: HostSnapshot, ctx: RuleContext) -> Iterable[Finding]:
     """NVSwitch errors (SXid) the nvswitch driver logged.

@@ -1,8 +1,8 @@
 """NVIDIA's XID catalogue as data: the immediate action per code, and how other tools read it.
 
 Source: NVIDIA, "Analyzing Xid Errors with the Xid Catalog" (docs.nvidia.com/deploy/xid-errors/)
-and NVIDIA/NVSentinel's xiderrorsmapping.csv, as summarised in the project's reference notes
-(shared/reference/xid-ecc-rules.md). The catalogue's immediate-action buckets:
+and NVIDIA/NVSentinel's xiderrorsmapping.csv, as the field guide sums them up
+(docs/field-guide/xid.md). The catalogue's immediate-action buckets:
 
 - RESTART_APP: the application's context is lost; restart it.
 - IGNORE: informational; nothing to do now.
@@ -14,7 +14,7 @@ and NVIDIA/NVSentinel's xiderrorsmapping.csv, as summarised in the project's ref
 - CONTACT_SUPPORT: NVIDIA's "unexpected error, report the issue" codes (mostly legacy and
   display codes), and any code the catalogue does not list.
 
-Every code from 1 to 162 is listed with its bucket; the reference notes' table is the subset
+Every code from 1 to 162 is listed with its bucket; the field guide's table is the subset
 seen on datacenter GPUs, the rest (more copy-engine, decoder and JPEG engine codes, DLA codes,
 the legacy codes) comes from the same NVIDIA catalogue through NVSentinel's mapping. A finding
 names a code by its description here or, failing that, by NVIDIA's mnemonic (xid_mnemonics.py).
@@ -30,6 +30,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from enum import Enum
 
+from gpuaudit.rules import refs
 from gpuaudit.rules.base import Severity
 from gpuaudit.rules.xid_mnemonics import MNEMONICS
 
@@ -210,7 +211,7 @@ _ENTRIES: list[XidEntry] = [
     *_bucket(
         XidAction.RESTART_BM, {79: "GPU has fallen off the bus", 160: "channel retirement event"}
     ),
-    # Engines the reference notes' table leaves out; same bucket in NVIDIA's catalogue.
+    # Engines the field guide's table leaves out; same bucket in NVIDIA's catalogue.
     *_bucket(
         XidAction.RESTART_APP,
         {
@@ -307,7 +308,7 @@ def lookup(code: int | None) -> XidEntry:
     return XidEntry(code if code is not None else -1, XidAction.CONTACT_SUPPORT)
 
 
-# --- how other tools read the same codes (reference notes, "How other tools disagree") ---------
+# --- how other tools read the same codes (docs/field-guide/xid.md, other health checks) -------
 
 AZURE_NODE_FAILING = frozenset(
     {48, 56, 57, 58, 62, 63, 64, 65, 68, 69, 73, 74, 79, 80, 81, 92, 119, 120}
@@ -320,15 +321,16 @@ META_GCM_WARN = frozenset({13, 31, 43, 45, 63, 68, 92, 109})  # every other XID 
 DCGM_FAIL = frozenset({48, 64, 74, 79, 95, 119, 120, 140})
 DCGM_WARN = frozenset({94})
 
-# Seed 000's XID table: (its advice, how harsh it is: 0 nothing, 1 look at the app, 2 hardware).
-SEED_000: dict[int, tuple[str, int]] = {
-    13: ("check for OOM or driver bug", 1),
-    31: ("usually OOM, check memory usage", 1),
-    43: ("GPU hang, needs reset", 2),
-    45: ("normal during driver recovery", 0),
-    48: ("hardware failure, replace GPU", 2),
-    63: ("too many ECC errors, replace GPU", 2),
-    79: ("PCIe issue, check physical connection", 2),
+# The field guide's table of common codes (docs/field-guide/xid.md#common-xid-codes), its
+# "first step" column: (the step, how harsh it is: 0 nothing, 1 look at the app, 2 hardware).
+FIELD_GUIDE: dict[int, tuple[str, int]] = {
+    13: ("check for an out-of-memory or a driver bug", 1),
+    31: ("usually out of memory: check the job's memory use", 1),
+    43: ("the GPU hung: reset it", 2),
+    45: ("expected while the driver recovers", 0),
+    48: ("failing memory: replace the GPU", 2),
+    63: ("ECC errors piling up: plan to replace the GPU", 2),
+    79: ("PCIe fault: check the slot, riser and cabling", 2),
 }
 
 _HARSHNESS = {
@@ -342,9 +344,9 @@ _HARSHNESS = {
 
 def _readings(code: int) -> Iterable[tuple[str, int]]:
     """Every other tool's verdict on a code, with its harshness (0 none, 1 warn, 2 fail)."""
-    if code in SEED_000:
-        advice, harsh = SEED_000[code]
-        yield f"seed 000 says '{advice}'", harsh
+    if code in FIELD_GUIDE:
+        step, harsh = FIELD_GUIDE[code]
+        yield f"field guide: {step} ({refs.GUIDE_XID_TABLE})", harsh
     if code in AZURE_NODE_FAILING:
         yield "Azure HPC health checks fail the node", 2
     if code in AWS_EKS_FATAL:

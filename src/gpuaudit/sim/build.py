@@ -27,12 +27,14 @@ PROFILE_KEYS = {
     "description", "vendor", "gpu_model", "xml", "gpu_count", "bus_ids", "driver", "cuda",
     "topology", "nvswitches", "dcgm", "gpu", "gpus", "kernel_log", "services", "packages_held",
     "sysctls", "device_nodes", "faults", "os", "kernel", "rocm_json", "hostname", "groups",
-    "lspci", "nvlink",
+    "lspci", "nvlink", "repository", "xml_values",
 }  # fmt: skip
 GPU_KEYS = {
     "persistence_mode", "remapped_rows", "pcie", "clock_reasons", "utilization",
     "performance_state", "ecc", "xml_set", "lost", "unknown_error", "mig", "nvlink",
+    "processes", "reset_unsupported",
 }  # fmt: skip
+PROCESS_KEYS = {"pid", "name", "gpu_instance"}
 KERNEL_LOG_KEYS = {"fixture", "gpus", "lines", "xid"}
 
 SYSCTL_BASELINE = {
@@ -91,6 +93,7 @@ def build_state(name: str, profile: dict[str, Any]) -> State:
         raise ProfileError(f"{name}: unknown vendor {vendor!r}")
     state["services"] = _build_services(profile, state)
     state["packages"], state["holds"] = _build_packages(profile, state)
+    state["repository"] = _build_repository(profile, state)
     state["device_nodes"] = _build_device_nodes(profile, state)
     state["kernel_log"] = _build_kernel_log(name, profile, state)
     sync_persistence(state)
@@ -112,6 +115,7 @@ def _build_nvidia(name: str, profile: dict[str, Any], faults: dict[str, Any]) ->
     base = ET.fromstring(read_fixture("nvidia-smi-xml", xml_name)).find("gpu")
     if base is None:
         raise ProfileError(f"{xml_name}: no <gpu> element")
+    xml_values = _xml_values(name, base, profile.get("xml_values"))
     product = (base.findtext("product_name") or "").strip()
     count = int(profile.get("gpu_count", 1))
     bus_ids = list(profile.get("bus_ids") or [])
@@ -127,6 +131,8 @@ def _build_nvidia(name: str, profile: dict[str, Any], faults: dict[str, Any]) ->
         overrides = copy.deepcopy(defaults)
         overrides.update(copy.deepcopy(per_gpu.get(index, {})))
         _check_keys(f"GPU {index}", overrides, GPU_KEYS)
+        if xml_values:
+            overrides["xml_set"] = {**xml_values, **overrides.get("xml_set", {})}
         gpus.append(_build_gpu(name, index, bus_id, base_serial, product, base, overrides))
     driver = profile["driver"]
     topology = profile.get("topology")
@@ -137,6 +143,7 @@ def _build_nvidia(name: str, profile: dict[str, Any], faults: dict[str, Any]) ->
     return {
         "xml": xml_name,
         "product": product,
+        "architecture": (base.findtext("product_architecture") or "").strip(),
         "brand": (base.findtext("product_brand") or "").strip(),
         "pci_device_id": _pci_device_id(base),
         "driver": {
@@ -150,6 +157,20 @@ def _build_nvidia(name: str, profile: dict[str, Any], faults: dict[str, Any]) ->
         "lspci": _build_lspci(name, profile, bus_ids),
         "nvlink": _build_nvlink(profile.get("nvlink")),
     }
+
+
+def _xml_values(name: str, base: ET.Element, values: dict[str, Any] | None) -> dict[str, str]:
+    """Values of another GPU model put into the captured ``<gpu>`` (element path → text), for
+    a model whose captures are only plain ``nvidia-smi -q``: the XML layout stays the capture's,
+    the values come from the other capture. Written into ``base`` too, so that the product,
+    architecture and PCI id the rest of the state reads from it are the other model's."""
+    values = {str(path): str(value) for path, value in (values or {}).items()}
+    for path, value in values.items():
+        element = base.find(path)
+        if element is None or len(element):
+            raise ProfileError(f"{name}: xml_values names {path!r}, not a value of the XML")
+        element.text = value
+    return values
 
 
 def _build_nvlink(spec: dict[str, Any] | None) -> dict[str, Any]:
@@ -211,6 +232,8 @@ def _build_gpu(
         "unknown_error": bool(overrides.pop("unknown_error", False)),
         "nvlink": dict(overrides.pop("nvlink", None) or {}),
         "mig": None,
+        "processes": _build_processes(host, index, overrides.pop("processes", None)),
+        "reset_unsupported": bool(overrides.pop("reset_unsupported", False)),
     }
     mig_spec = overrides.pop("mig", None)
     if mig_model.profiles_for(product):
@@ -220,6 +243,22 @@ def _build_gpu(
         raise ProfileError(f"{host}: GPU {index} ({product}) does not support MIG")
     gpu["overrides"] = overrides
     return gpu
+
+
+def _build_processes(host: str, index: int, spec: list[Any] | None) -> list[dict[str, Any]]:
+    """Compute processes running on the GPU: ``[{pid, name}]``, with ``gpu_instance`` (a GPU
+    instance id) for one that runs in a MIG device."""
+    processes = []
+    for entry in spec or []:
+        entry = dict(entry)
+        _check_keys(f"GPU {index} process", entry, PROCESS_KEYS)
+        if not isinstance(entry.get("pid"), int) or not str(entry.get("name") or "").strip():
+            raise ProfileError(f"{host}: GPU {index} processes need an integer pid and a name")
+        process = {"pid": entry["pid"], "name": str(entry["name"])}
+        if entry.get("gpu_instance") is not None:
+            process["gpu_instance"] = int(entry["gpu_instance"])
+        processes.append(process)
+    return processes
 
 
 def _build_mig(product: str, captured: str, spec: dict[str, Any] | None) -> dict[str, Any]:
@@ -308,6 +347,24 @@ def _build_packages(profile: dict[str, Any], state: State) -> tuple[list[Any], l
     if not profile.get("packages_held", True):
         held = []
     return sorted(packages, key=lambda p: p["name"]), sorted(held)
+
+
+def _build_repository(profile: dict[str, Any], state: State) -> dict[str, list[str]]:
+    """What the host's apt sources offer beyond the installed versions: ``repository`` lists
+    driver versions, each offered for every NVIDIA driver package of its branch."""
+    versions = profile.get("repository", [])
+    if not isinstance(versions, list) or not all(isinstance(v, str) for v in versions):
+        raise ProfileError(f"{state['name']}: repository must be a list of driver versions")
+    offered: dict[str, list[str]] = {}
+    installed = [p["name"] for p in state["packages"] if p["name"].startswith(("nvidia-", "libnv"))]
+    for version in versions:
+        branch = version.split(".")[0]
+        for name in installed:
+            if name.rsplit("-", 1)[-1].isdigit():
+                offered.setdefault(f"{name.rsplit('-', 1)[0]}-{branch}", []).append(
+                    f"{version}-0ubuntu1"
+                )
+    return offered
 
 
 def _build_device_nodes(profile: dict[str, Any], state: State) -> dict[str, Any]:

@@ -3,13 +3,16 @@
     # inventory/demo.py
     a100 = [("@sim/a100-hgx-01", {"expected_gpu_count": 8})]
 
-Commands run on this machine, like ``@local``, with the simulated host's environment
-(``PATH`` with its shims first, ``GPUAUDIT_SIM_STATE``, ``GPUAUDIT_ROOT``) exported in front of
-each one. Host data:
+Every command runs inside the host's own isolated root (see :mod:`gpuaudit.sim.isolation`):
+whatever an operation does — ``files.line``, ``files.put``, ``sed -i``, ``server.sysctl``,
+``apt.packages``, ``rm`` — changes that host's files and state, never this machine's. Where
+isolation is not available (not root, no overlayfs) the host is read-only: the audit's
+collector runs, with the host's environment in front of it, and every other command is
+refused with the reason. Host data:
 
 - ``sim_profile``: the profile to build the host from (default: the host's name);
-- ``sim_reset``: rebuild the host's state from its profile when connecting (default False,
-  so a host keeps what earlier runs changed: MIG mode, persistence, held packages).
+- ``sim_reset``: rebuild the host from its profile when connecting (default False, so a host
+  keeps what earlier runs changed: MIG mode, persistence, held packages, files).
 
 Hosts live under ``$GPUAUDIT_SIM_DIR`` (default ``./.gpuaudit-sim``). A host whose state
 carries the ``unreachable`` fault refuses the connection with pyinfra's ``ConnectError``, so
@@ -18,40 +21,50 @@ pyinfra reports it and carries on with the others, as for an SSH host that is do
 ``sim_profile`` may also be a profile dict (what ``build.build_state`` accepts), for hosts
 that only a test needs.
 
-A command run with a time limit (``_timeout``) runs in a session of its own, and at the limit
-every process it started is killed: pyinfra's local runner stops waiting but leaves them
-running, and a simulated host that hangs must not leave sleeping tools behind.
+Each command runs in a session of its own, and at its time limit (``_timeout``) every process
+it started is killed: pyinfra's local runner stops waiting but leaves them running, and a
+simulated host that hangs must not leave sleeping tools behind.
 
-Privilege arguments (``_sudo``, ``_su_user``, ``_doas``…) are dropped: the simulated host has
-no users, and the real ``sudo`` must never act on this machine for it. For the same reason
-``put_file`` / ``get_file`` map absolute paths into the host's root directory.
+Privilege arguments (``_sudo``, ``_su_user``, ``_doas``…) are dropped: a command on the host
+already runs as its root, and the real ``sudo`` must never act on this machine for it.
+``put_file`` / ``get_file`` copy through the host's own /tmp, inside its root.
 """
 
 from __future__ import annotations
 
 import os
+import re
+import secrets
 import signal
 import subprocess
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from pyinfra import logger
+from pyinfra.api import QuoteString, StringCommand
 from pyinfra.api.exceptions import ConnectError, InventoryError
 from pyinfra.connectors.base import DataMeta
 from pyinfra.connectors.local import LocalConnector
 from pyinfra.connectors.util import (
+    CommandOutput,
+    OutputLine,
     make_unix_command_for_host,
     read_output_buffers,
     write_stdin,
 )
 from typing_extensions import TypedDict
 
-from gpuaudit.sim.host import SimHost, default_sim_dir, materialize, resolve_profile
+from gpuaudit.collect import collector_script
+from gpuaudit.sim.host import INSIDE_ENV, SimHost, default_sim_dir, materialize, resolve_profile
+from gpuaudit.sim.isolation import ensure_base, enter_command, isolation_problem
 from gpuaudit.sim.state import has_fault
 
 if TYPE_CHECKING:
-    from pyinfra.api.command import StringCommand
-    from pyinfra.connectors.util import CommandOutput
+    from collections.abc import Callable
 
+# The collector's own nonce line: the only command a read-only host runs.
+_COLLECTOR_NONCE = re.compile(r'^N="\$\{GPUAUDIT_NONCE:-([A-Za-z0-9]{4,64})\}"$', re.M)
+_COLLECTOR_TIMEOUT = re.compile(r"\AGPUAUDIT_TIMEOUT=\d+\n")
 _PRIVILEGE_ARGUMENTS = (
     "_sudo", "_sudo_user", "_use_sudo_login", "_sudo_password", "_preserve_sudo_env",
     "_su_user", "_use_su_login", "_su_shell", "_preserve_su_env", "_su_password",
@@ -75,6 +88,7 @@ class SimConnector(LocalConnector):
     }
 
     sim_host: SimHost | None = None
+    read_only_reason: str | None = None
 
     @staticmethod
     def make_names_data(name: str | None = None):
@@ -84,11 +98,15 @@ class SimConnector(LocalConnector):
 
     def connect(self) -> None:
         name = self.host.name.split("/", 1)[-1]
+        sim_dir = default_sim_dir()
         try:
             profile = resolve_profile(self.data.get("sim_profile") or name)
             self.sim_host = materialize(
-                name, profile, default_sim_dir(), reset=bool(self.data.get("sim_reset"))
+                name, profile, sim_dir, reset=bool(self.data.get("sim_reset"))
             )
+            self.read_only_reason = isolation_problem(sim_dir)
+            if self.read_only_reason is None:
+                ensure_base(sim_dir)
         except (ValueError, OSError) as exc:
             raise ConnectError(f"Could not build simulated host: {exc}") from exc
         state = self.sim_host.state()
@@ -108,24 +126,32 @@ class SimConnector(LocalConnector):
         host = self._require_host()
         for key in _PRIVILEGE_ARGUMENTS:
             arguments.pop(key, None)
-        # The host's own variables win: an operation's _env must not point PATH elsewhere.
+        if self.read_only_reason is None:
+            # The host's own variables win: an operation's _env must not point them elsewhere.
+            arguments["_env"] = {**(arguments.get("_env") or {}), **INSIDE_ENV}
+            unix = make_unix_command_for_host(self.state, self.host, command, **_shell(arguments))
+            argv = enter_command(host.host_dir, default_sim_dir(), unix.get_raw_value())
+            return self._run(argv, print_output, **arguments)
+        if not _is_collector(command):
+            return False, _refusal(
+                f"gpuaudit simulator: {self.host.name} is read-only here, because simulated "
+                f"hosts cannot be isolated on this machine ({self.read_only_reason}); only the "
+                "audit's collector runs. Run as root to rehearse changes on simulated hosts."
+            )
         arguments["_env"] = {**(arguments.get("_env") or {}), **host.env()}
-        if arguments.get("_timeout") is None:
-            return super().run_shell_command(command, print_output, print_input, **arguments)
-        return self._run_bounded(command, print_output, **arguments)
+        unix = make_unix_command_for_host(self.state, self.host, command, **_shell(arguments))
+        return self._run(["/bin/sh", "-c", unix.get_raw_value()], print_output, **arguments)
 
-    def _run_bounded(
-        self, command: StringCommand, print_output: bool, **arguments: Any
+    def _run(
+        self, argv: list[str], print_output: bool, **arguments: Any
     ) -> tuple[bool, CommandOutput]:
-        """Run ``command`` in its own session; kill the whole session at ``_timeout``."""
-        timeout = arguments.pop("_timeout")
-        stdin = arguments.pop("_stdin", None)
-        success = arguments.pop("_success_exit_codes", None) or (0,)
-        arguments.pop("_get_pty", None)
-        unix_command = make_unix_command_for_host(self.state, self.host, command, **arguments)
+        """Run ``argv`` in its own session; kill the whole session at ``_timeout``."""
+        logger.debug(f"--> Running command on {self.host.name}: {argv[-1][:200]}")
+        timeout = arguments.get("_timeout")
+        stdin = arguments.get("_stdin")
+        success = arguments.get("_success_exit_codes") or (0,)
         process = subprocess.Popen(
-            unix_command.get_raw_value(),
-            shell=True,
+            argv,
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
@@ -153,21 +179,73 @@ class SimConnector(LocalConnector):
         return process.returncode in success, output
 
     def put_file(self, filename_or_io, remote_filename, *args: Any, **kwargs: Any) -> bool:
-        target = self._in_root(remote_filename)
-        target.parent.mkdir(parents=True, exist_ok=True)
-        return super().put_file(filename_or_io, str(target), *args, **kwargs)
+        def copy(staged: str, staged_path: Path) -> StringCommand:
+            from pyinfra.api.util import get_file_io
+
+            with get_file_io(filename_or_io) as file_io:
+                data = file_io.read()
+            staged_path.write_bytes(data.encode() if isinstance(data, str) else data)
+            return StringCommand("cp", staged, QuoteString(str(remote_filename)))
+
+        return self._through_tmp(copy, lambda staged_path: None, **kwargs)
 
     def get_file(self, remote_filename, filename_or_io, *args: Any, **kwargs: Any) -> bool:
-        return super().get_file(
-            str(self._in_root(remote_filename)), filename_or_io, *args, **kwargs
-        )
+        def copy(staged: str, staged_path: Path) -> StringCommand:
+            return StringCommand("cp", QuoteString(str(remote_filename)), staged)
+
+        def fetched(staged_path: Path) -> None:
+            from pyinfra.api.util import get_file_io
+
+            with get_file_io(filename_or_io, "wb") as file_io:
+                file_io.write(staged_path.read_bytes())
+
+        return self._through_tmp(copy, fetched, **kwargs)
+
+    def _through_tmp(
+        self,
+        command_for: Callable[[str, Path], StringCommand],
+        after: Callable[[Path], None],
+        **kwargs: Any,
+    ) -> bool:
+        """Move a file between this machine and the host through a file in the host's /tmp,
+        which is in the host's root; the copy itself runs on the host, like any command."""
+        host = self._require_host()
+        staged = f"/tmp/.gpuaudit-transfer-{secrets.token_hex(8)}"
+        staged_path = host.upper(staged)
+        staged_path.parent.mkdir(parents=True, exist_ok=True)
+        kwargs.pop("print_output", None)
+        kwargs.pop("print_input", None)
+        kwargs.pop("remote_temp_filename", None)
+        try:
+            ok, output = self.run_shell_command(command_for(staged, staged_path), **kwargs)
+            if not ok:
+                raise OSError(output.stderr)
+            after(staged_path)
+        finally:
+            staged_path.unlink(missing_ok=True)
+        return True
 
     def _require_host(self) -> SimHost:
         if self.sim_host is None:
             raise ConnectError("simulated host used before connect()")
         return self.sim_host
 
-    def _in_root(self, remote_filename: str) -> Path:
-        root = self._require_host().root_dir
-        path = Path(os.path.normpath(os.path.join("/", str(remote_filename))))
-        return root / path.relative_to("/")
+
+def _shell(arguments: dict[str, Any]) -> dict[str, Any]:
+    """The arguments make_unix_command_for_host takes (the rest are for running it)."""
+    return {
+        key: value
+        for key, value in arguments.items()
+        if key not in ("_timeout", "_stdin", "_success_exit_codes", "_get_pty")
+    }
+
+
+def _is_collector(command: StringCommand | str) -> bool:
+    text = command.get_raw_value() if isinstance(command, StringCommand) else str(command)
+    text = _COLLECTOR_TIMEOUT.sub("", text, count=1)
+    match = _COLLECTOR_NONCE.search(text)
+    return match is not None and text == collector_script(match.group(1))
+
+
+def _refusal(message: str) -> CommandOutput:
+    return CommandOutput([OutputLine("stderr", message)])

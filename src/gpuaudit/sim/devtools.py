@@ -1,4 +1,4 @@
-"""Simulated device-facing tools: lspci, rocm-smi, stat (for device nodes), sysctl."""
+"""Simulated device-facing tools: lspci, rocm-smi, stat (for device nodes)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 
 from gpuaudit.sim.fixtures import read_fixture
-from gpuaudit.sim.state import edit_state, hang_if_wedged, load_state, record_event
+from gpuaudit.sim.state import hang_if_wedged, load_state
 
 # Typing names for the checker only: importing typing costs each tool call milliseconds.
 TYPE_CHECKING = False
@@ -133,10 +133,12 @@ def run_stat(argv: list[str], state_path: Path) -> int:
             break
         else:
             paths.append(arg)
-    root = os.environ.get("GPUAUDIT_ROOT", "")
-    dev = os.path.join(root, "dev") + os.sep if root else None
-    if fmt is None or not paths or dev is None or not all(p.startswith(dev) for p in paths):
-        real = state_path.parent / "sysbin" / "stat"
+    from gpuaudit.sim.rootfs import REAL_TOOLS_DIR, host_root
+
+    root = host_root(state_path)
+    dev = str(root / "dev") + os.sep
+    if fmt is None or not paths or not all(p.startswith(dev) for p in paths):
+        real = root / REAL_TOOLS_DIR / "stat"
         os.execv(str(real), [str(real), *argv])
     nodes: dict[str, Any] = load_state(state_path).get("device_nodes", {})
     rc = 0
@@ -173,42 +175,3 @@ def _stat_format(fmt: str, path: str, info: dict[str, str]) -> str:
             out.append(fmt[i])
             i += 1
     return "".join(out)
-
-
-def run_sysctl(argv: list[str], state_path: Path) -> int:
-    names_only = "-n" in argv or "--values" in argv
-    args = [arg for arg in argv if arg not in ("-n", "--values", "-q", "--quiet", "-e")]
-    writing = "-w" in args or "--write" in args
-    args = [arg for arg in args if arg not in ("-w", "--write")]
-    if not args or any(arg.startswith("-") for arg in args):
-        print(
-            "sysctl (gpuaudit simulator): only reading and -w writing keys is simulated",
-            file=sys.stderr,
-        )
-        return 2
-    if writing or any("=" in arg for arg in args):
-        from gpuaudit.sim.rootfs import sync_root
-
-        with edit_state(state_path) as state:
-            for arg in args:
-                key, _, value = arg.partition("=")
-                key = key.strip().replace("/", ".")
-                state["sysctls"][key] = value.strip().replace(" ", "\t")
-                record_event(state, f"sysctl -w {key}={value.strip()}")
-                print(f"{key} = {value.strip()}")
-            sync_root(state, state_path.parent / "root")
-        return 0
-    sysctls = load_state(state_path).get("sysctls", {})
-    rc = 0
-    for arg in args:
-        key = arg.replace("/", ".")
-        if key not in sysctls:
-            print(
-                f"sysctl: cannot stat /proc/sys/{key.replace('.', '/')}: No such file or directory",
-                file=sys.stderr,
-            )
-            rc = 255
-            continue
-        value = sysctls[key].replace("\t", " ") if not names_only else sysctls[key]
-        print(value if names_only else f"{key} = {value}")
-    return rc

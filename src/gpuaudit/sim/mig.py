@@ -39,9 +39,11 @@ _A100_80GB = (
     MigProfile("4g.40gb", 5, 4, 4, (0,)),
     MigProfile("7g.80gb", 0, 7, 8, (0,)),
 )
+# The guide's H100 80GB table has the same names, IDs, sizes and placements.
 PROFILES_BY_PRODUCT: dict[str, tuple[MigProfile, ...]] = {
     "NVIDIA A100-SXM4-80GB": _A100_80GB,
     "NVIDIA A100 80GB PCIe": _A100_80GB,
+    "NVIDIA H100 80GB HBM3": _A100_80GB,
 }
 TOTAL_COMPUTE_SLICES = 7
 TOTAL_MEMORY_SLICES = 8

@@ -1,9 +1,17 @@
 """The simulated ``nvidia-smi``: queries answered from real captures, changes kept in the state.
 
 Simulated: ``-q -x`` (``-i``), ``-L``, ``--query-gpu=… --format=csv[,noheader][,nounits]``,
-``topo -m``, ``mig -lgi | -lci | -cgi … [-C] | -cci | -dci | -dgi``, ``-pm 0|1``, ``-mig 0|1``,
-``-r``. Anything else exits 2 with a message naming the simulator, so a test that needs more
-fails loudly instead of parsing a made-up answer. Messages are the driver's own words.
+``--query-compute-apps=…``, ``topo -m``, ``mig -lgi | -lci | -cgi … [-C] | -cci | -dci | -dgi``,
+``-pm 0|1``, ``-mig 0|1``, ``-r``. Anything else exits 2 with a message naming the simulator, so
+a test that needs more fails loudly instead of parsing a made-up answer. Messages are the
+driver's own words.
+
+A GPU reset is refused while anything holds the GPU: a compute process on it, persistence mode
+(nvidia-persistenced, or ``-pm 1``), a monitoring daemon (DCGM, nvsm), the ``nvidia_drm``
+module (fault ``nvidia_drm_loaded``), or a platform that does not allow resets (GPU override
+``reset_unsupported``, as under passthrough). On Ampere a MIG mode change takes effect through
+a reset the driver tries itself, so it stays pending while the GPU is held; Hopper and later
+apply it at once, unless a compute process runs on the GPU.
 """
 
 from __future__ import annotations
@@ -20,6 +28,7 @@ from gpuaudit.sim.state import (
     hang_if_wedged,
     has_fault,
     load_state,
+    mig_mode_needs_reset,
     record_event,
     select_gpus,
     visible_gpus,
@@ -39,8 +48,11 @@ DRIVER_NOT_LOADED = (
 INVALID_ARGS = "Invalid combination of input arguments. Please run 'nvidia-smi -h' for help."
 RC_INVALID, RC_NOT_SUPPORTED, RC_NOT_FOUND, RC_DRIVER, RC_GPU_LOST, RC_MISMATCH = 2, 3, 6, 9, 15, 18
 RC_UNKNOWN = 255
-# Daemons that keep a handle open on every GPU, so a MIG mode change waits for a reset.
-_GPU_HOLDERS = ("nvidia-dcgm", "dcgm")
+# Daemons that keep a handle open on every GPU, so a GPU reset (and an Ampere MIG mode change)
+# is refused while they run: NVIDIA's MIG user guide ("Driver Clients": nvsm, dcgm),
+# NVIDIA/gpu-operator#118 (nvidia-persistenced), mig-parted's hooks (dcgm-exporter).
+GPU_HOLDERS = ("nvidia-persistenced", "nvidia-dcgm", "dcgm", "dcgm-exporter", "nvsm")
+IN_USE = "In use by another client"
 
 _VALUE_OPTIONS = {
     "-i": "id", "--id": "id", "-pm": "pm", "--persistence-mode": "pm", "-mig": "mig",
@@ -48,7 +60,7 @@ _VALUE_OPTIONS = {
     "-cgi": "cgi", "--create-gpu-instance": "cgi", "-cci": "cci",
     "--create-compute-instance": "cci", "-gi": "gi", "--gpu-instance-id": "gi",
     "-ci": "ci", "--compute-instance-id": "ci", "-d": "display", "--display": "display",
-    "-f": "filename", "--filename": "filename",
+    "-f": "filename", "--filename": "filename", "--query-compute-apps": "query_apps",
 }  # fmt: skip
 _FLAG_OPTIONS = {
     "-q": "query", "--query": "query", "-x": "xml", "--xml-format": "xml", "-L": "list",
@@ -157,6 +169,10 @@ def _dispatch(command: str, opts: dict[str, Any], state: State, state_path: Path
 
         rc = query_gpu(state, gpus, opts["query_gpu"], opts.get("format", ""))
         return rc or _report_lost(gpus)
+    if "query_apps" in opts and opts.keys() <= {"query_apps", "format", "id"}:
+        from gpuaudit.sim.nvidia_smi_apps import query_compute_apps
+
+        return query_compute_apps(state, gpus, opts["query_apps"], opts.get("format", ""))
     raise _not_simulated("this invocation")
 
 
@@ -224,9 +240,18 @@ def _mig_uuid(gpu_uuid: str, gi: int, ci: int) -> str:
     return "MIG-" + str(uuid.uuid5(uuid.UUID(gpu_uuid[4:]), f"{gi}/{ci}"))
 
 
-def gpus_held(state: State) -> bool:
+def reset_blockers(state: State, gpu: dict[str, Any]) -> list[str]:
+    """What holds the GPU so that a reset of it would be refused (empty: it can be reset)."""
     services = state.get("services", {})
-    return any(services.get(unit, {}).get("active") == "active" for unit in _GPU_HOLDERS)
+    held = [f"{unit} is running" for unit in GPU_HOLDERS
+            if services.get(unit, {}).get("active") == "active"]  # fmt: skip
+    if has_fault(state, "nvidia_drm_loaded"):
+        held.append("nvidia_drm is loaded")
+    if gpu.get("persistence_mode") == "Enabled":
+        held.append("persistence mode is on")
+    if gpu.get("processes"):
+        held.append(f"{len(gpu['processes'])} compute process(es)")
+    return held
 
 
 def _change(opts: dict[str, Any], state_path: Path) -> int:
@@ -266,48 +291,68 @@ def _set_persistence(state: State, gpus: list[dict[str, Any]], enable: bool) -> 
 
 def _set_mig_mode(state: State, gpus: list[dict[str, Any]], enable: bool) -> int:
     word, verb = ("Enabled", "enable") if enable else ("Disabled", "disable")
-    held = gpus_held(state)
+    needs_reset = mig_mode_needs_reset(state)
     for gpu in gpus:
         mig = gpu.get("mig")
+        bus = gpu["bus_id"]
         if mig is None or gpu.get("lost"):
-            print(f"Unable to {verb} MIG Mode for GPU {gpu['bus_id']}: Not Supported")
+            print(f"Unable to {verb} MIG Mode for GPU {bus}: Not Supported")
             print("Terminating early due to previous errors.")
             return RC_NOT_SUPPORTED
         if not enable and mig["gpu_instances"]:
-            print(f"Unable to {verb} MIG Mode for GPU {gpu['bus_id']}: In use by another client")
+            print(f"Unable to {verb} MIG Mode for GPU {bus}: {IN_USE}")
             print("Terminating early due to previous errors.")
             return RC_UNKNOWN
         mig["pending"] = word
-        print(f"{word} MIG Mode for GPU {gpu['bus_id']}")
-        if held and mig["current"] != word:
+        record_event(state, f"nvidia-smi -i {gpu['index']} -mig {int(enable)}")
+        if mig["current"] == word:
+            print(f"{word} MIG Mode for GPU {bus}")
+            continue
+        if needs_reset and gpu.get("reset_unsupported"):
+            # The driver's own reset is refused by the platform (MIG user guide, passthrough).
+            print(f"Warning: MIG mode is in pending {verb} state for GPU {bus}:Not Supported")
             print(
-                f"Warning: MIG mode is in pending {verb} state for GPU {gpu['bus_id']}:"
-                "In use by another client"
+                f"Reboot the system or try nvidia-smi --gpu-reset to make MIG mode effective "
+                f"on GPU {bus}"
             )
+        elif reset_blockers(state, gpu) if needs_reset else gpu.get("processes"):
+            print(f"Warning: MIG mode is in pending {verb} state for GPU {bus}:{IN_USE}")
             print(
-                f"{gpu['bus_id']} is currently being used by one or more other processes (e.g. "
+                f"{bus} is currently being used by one or more other processes (e.g. "
                 "CUDA application or a monitoring application such as another instance of "
                 "nvidia-smi). Please first kill all processes using the device and retry the "
                 "command or reboot the system to make MIG mode effective."
             )
         else:
+            print(f"{word} MIG Mode for GPU {bus}")
             mig["current"] = word
             mig["gpu_instances"] = []
-        record_event(state, f"nvidia-smi -i {gpu['index']} -mig {int(enable)}")
     print("All done.")
     return 0
 
 
 def _reset(state: State, gpus: list[dict[str, Any]]) -> int:
-    if gpus_held(state):
-        print(f"GPU {gpus[0]['bus_id']} is currently in use by another process.")
+    unsupported = [gpu for gpu in gpus if gpu.get("reset_unsupported")]
+    if unsupported:
+        print(f"Resetting GPU {unsupported[0]['bus_id']} is not supported.")
+        return RC_NOT_SUPPORTED
+    held = [gpu for gpu in gpus if reset_blockers(state, gpu)]
+    if held:
+        # The wording of drivers 450-535 (NVIDIA/gpu-operator#118, NVIDIA/mig-parted#181).
+        for gpu in held:
+            print(f"GPU {gpu['bus_id']} is currently in use by another process.")
         print()
+        devices, these = (
+            ("1 device is", "this device") if len(held) == 1
+            else (f"{len(held)} devices are", "these devices")
+        )  # fmt: skip
         print(
-            f"{len(gpus)} device is currently being used by one or more other processes (e.g., "
-            "Fabric Manager, CUDA application, graphics application such as an X server, or a "
-            "monitoring application such as another instance of nvidia-smi). Please first kill "
-            "all processes using this device and all compute applications running in the system."
+            f"{devices} currently being used by one or more other processes (e.g., Fabric "
+            "Manager, CUDA application, graphics application such as an X server, or a "
+            f"monitoring application such as another instance of nvidia-smi). Please first kill "
+            f"all processes using {these} and all compute applications running in the system."
         )
+        record_event(state, f"nvidia-smi -r refused ({len(held)} GPUs held)")
         return RC_UNKNOWN
     for gpu in gpus:
         gpu_reset(gpu)

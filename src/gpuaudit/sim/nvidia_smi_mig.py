@@ -2,6 +2,11 @@
 
 Only whole-GPU-instance compute instances are simulated (``-C``, or ``-cci`` with the full
 profile), which is what ``mig -cgi <profiles> -C`` and mig-parted layouts create.
+
+A compute process in a GPU instance (a GPU's ``processes`` entry with that ``gpu_instance``; one
+without it counts for every instance of its GPU) makes ``-dci`` / ``-dgi`` of that instance fail
+with "In use by another client". Creating instances beside it is allowed: MIG reconfigures a
+GPU's free slices while other instances run work.
 """
 
 from __future__ import annotations
@@ -10,7 +15,7 @@ import sys
 from pathlib import Path
 
 from gpuaudit.sim import mig as mig_model
-from gpuaudit.sim.nvidia_smi import RC_NOT_FOUND, RC_UNKNOWN, Usage, mig_gpus
+from gpuaudit.sim.nvidia_smi import IN_USE, RC_NOT_FOUND, RC_UNKNOWN, Usage, mig_gpus
 from gpuaudit.sim.state import edit_state, record_event
 
 # Typing names for the checker only: importing typing costs each tool call milliseconds.
@@ -144,6 +149,12 @@ def _create_ci(product: str, gpus: list[dict[str, Any]], opts: dict[str, Any]) -
     return 0
 
 
+def _in_use(gpu: dict[str, Any], gi: dict[str, Any]) -> bool:
+    return any(
+        process.get("gpu_instance") in (None, gi["id"]) for process in gpu.get("processes") or []
+    )
+
+
 def _destroy_ci(product: str, gpus: list[dict[str, Any]], opts: dict[str, Any]) -> int:
     gi_filter, ci_filter = _ids(opts.get("gi")), _ids(opts.get("ci"))
     instances = [(gpu, gi) for gpu in gpus for gi in _instances(gpu, gi_filter)]
@@ -155,6 +166,13 @@ def _destroy_ci(product: str, gpus: list[dict[str, Any]], opts: dict[str, Any]) 
         for ci in list(gi["compute_instances"]):
             if ci_filter is not None and ci["id"] not in ci_filter:
                 continue
+            if _in_use(gpu, gi):
+                print(
+                    f"Unable to destroy compute instance ID {ci['id']:>2} from GPU "
+                    f"{gpu['index']:>2} GPU instance ID {gi['id']:>2}: {IN_USE}"
+                )
+                print(f"Failed to destroy compute instances: {IN_USE}")
+                return RC_UNKNOWN
             gi["compute_instances"].remove(ci)
             destroyed += 1
             print(
@@ -174,12 +192,12 @@ def _destroy_gi(product: str, gpus: list[dict[str, Any]], opts: dict[str, Any]) 
         print(NO_GI)
         return RC_NOT_FOUND
     for gpu, gi in instances:
-        if gi["compute_instances"]:
+        if gi["compute_instances"] or _in_use(gpu, gi):
             print(
                 f"Unable to destroy GPU instance ID {gi['id']:>2} from GPU {gpu['index']:>2}: "
-                "In use by another client"
+                f"{IN_USE}"
             )
-            print("Failed to destroy GPU instances: In use by another client")
+            print(f"Failed to destroy GPU instances: {IN_USE}")
             return RC_UNKNOWN
         gpu["mig"]["gpu_instances"].remove(gi)
         print(f"Successfully destroyed GPU instance ID {gi['id']:>2} from GPU {gpu['index']:>2}")

@@ -12,6 +12,7 @@ from gpuaudit.sim.nvxml import render_xml
 # Typing names for the checker only: importing typing costs each tool call milliseconds.
 TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from collections.abc import Callable
     from typing import Any
 
     from gpuaudit.sim.state import State
@@ -23,6 +24,7 @@ FIELDS: dict[str, tuple[tuple[str, ...], str | None]] = {
     "uuid": (("uuid",), None),
     "serial": (("serial",), None),
     "pci.bus_id": (("pci/pci_bus_id",), None),
+    "pci.device_id": (("pci/pci_device_id",), None),
     "vbios_version": (("vbios_version",), None),
     "persistence_mode": (("persistence_mode",), None),
     "pstate": (("performance_state",), None),
@@ -56,19 +58,32 @@ ALIASES = {
 }
 
 
-def query_gpu(state: State, gpus: list[dict[str, Any]], fields_arg: str, fmt: str) -> int:
+def csv_query(
+    fields_arg: str, fmt: str, known: Callable[[str], bool]
+) -> tuple[list[str], set[str]] | None:
+    """The fields and ``--format`` options of a ``--query-*`` call; None (after printing
+    nvidia-smi's message) when the format is not CSV or a field is unknown."""
     options = {part.strip() for part in fmt.split(",")}
     if "csv" not in options:
         print('"--format" must include csv in the simulator', file=sys.stderr)
-        return RC_INVALID
+        return None
     fields = [field.strip() for field in fields_arg.split(",") if field.strip()]
     for field in fields:
-        if (
-            field not in ("index", "count", "driver_version")
-            and ALIASES.get(field, field) not in FIELDS
-        ):
+        if not known(field):
             print(f'Field "{field}" is not a valid field to query.')
-            return RC_INVALID
+            return None
+    return fields, options
+
+
+def query_gpu(state: State, gpus: list[dict[str, Any]], fields_arg: str, fmt: str) -> int:
+    query = csv_query(
+        fields_arg,
+        fmt,
+        lambda f: f in ("index", "count", "driver_version") or ALIASES.get(f, f) in FIELDS,
+    )
+    if query is None:
+        return RC_INVALID
+    fields, options = query
     root = ET.fromstring(render_xml(state, gpus))
     if "noheader" not in options:
         print(", ".join(_header(field, "nounits" in options) for field in fields))
@@ -104,6 +119,8 @@ def _value(
                 text = text.rstrip("x")
             if field == "temperature.gpu":
                 text = text.replace(" C", "")
+            if field == "pci.device_id" and not text.startswith("0x"):
+                text = f"0x{text}"  # the CSV spells it 0x20B210DE, the XML 20B210DE
             # The CSV brackets the "no value" spellings: [N/A], [Unknown Error].
             return f"[{text}]" if text in ("N/A", "Unknown Error") else text
     return "[N/A]"

@@ -23,6 +23,9 @@ demo fleet has one or more hosts per GPU model, most carrying one fault an audit
     mi100-01       6× AMD Instinct MI100 (rocm-smi), no NVIDIA tooling
 
 Test-only: ``t4-hang`` (nvidia-smi hangs), ``a10g-truncated`` (-q -x cut short).
+
+Ready for the demo, not yet in it: ``h100-01`` (8× H100 80GB HBM3 HGX, healthy, MIG disabled;
+the MIG remediation's Hopper host), which joins ``DEMO_FLEET`` once inventory/demo.py lists it.
 """
 
 from __future__ import annotations
@@ -83,6 +86,75 @@ def _single(model: str, group: str, xml: str, driver: str, cuda: str, **extra: A
         "driver": driver,
         "cuda": cuda,
         "topology": {"fixture": "utk-1x-h100-mig-vm-ansi-header.txt"},
+    }
+    profile.update(extra)
+    return profile
+
+
+# No `nvidia-smi -q -x` of an H100 is packaged, only plain `-q` text. The H100 host keeps the
+# A100 capture's XML layout and takes the values that tell the models apart from
+# tests/fixtures/nvidia-smi-q/gpud-8x-h100-80gb-hbm3-driver535.161.08-hw-slowdown.nvidia-smi-q.txt
+# (GPU 0, same driver branch as the A100 capture; its HW slowdown is left out: a healthy host).
+# Values the capture has no counterpart for in that layout (supported clocks, MIG device sizes)
+# stay the A100 capture's.
+_PCIE_GEN_FIELDS = (
+    "max_link_gen", "current_link_gen", "device_current_link_gen", "max_device_link_gen",
+    "max_host_link_gen",
+)  # fmt: skip
+_H100_CAPTURE = {
+    "product_name": "NVIDIA H100 80GB HBM3",
+    "product_architecture": "Hopper",
+    "vbios_version": "96.00.74.00.0D",
+    "board_part_number": "692-2G520-0200-000",
+    "gpu_part_number": "2330-885-A1",
+    "inforom_version/img_version": "G520.0200.00.05",
+    "inforom_version/oem_object": "2.1",
+    "inforom_version/ecc_object": "7.16",
+    "pci/pci_device_id": "233010DE",
+    "pci/pci_sub_system_id": "16C110DE",
+    **{f"pci/pci_gpu_link_info/pcie_gen/{gen}": "5" for gen in _PCIE_GEN_FIELDS},
+    "fb_memory_usage/total": "81559 MiB",
+    "fb_memory_usage/reserved": "551 MiB",
+    "fb_memory_usage/used": "0 MiB",
+    "fb_memory_usage/free": "81007 MiB",
+    "gpu_power_readings/current_power_limit": "700.00 W",
+    "gpu_power_readings/requested_power_limit": "700.00 W",
+    "gpu_power_readings/default_power_limit": "700.00 W",
+    "gpu_power_readings/min_power_limit": "200.00 W",
+    "gpu_power_readings/max_power_limit": "700.00 W",
+    "max_clocks/graphics_clock": "1980 MHz",
+    "max_clocks/sm_clock": "1980 MHz",
+    "max_clocks/mem_clock": "2619 MHz",
+    "max_clocks/video_clock": "1545 MHz",
+    "max_customer_boost_clocks/graphics_clock": "1980 MHz",
+    "fabric/state": "Completed",
+    "fabric/status": "Success",
+}
+# The capture's bus ids, in nvidia-smi index order.
+_HGX_H100_BUS_IDS = [
+    f"00000000:{bus}:00.0" for bus in ("19", "3B", "4C", "5D", "9B", "BB", "CB", "DB")
+]
+_H100_CLEAN_REMAP = {
+    **_A100_CLEAN_REMAP,
+    "histogram": {"max": 2560, "high": 0, "partial": 0, "low": 0, "none": 0},
+}
+
+
+def _h100(**extra: Any) -> dict[str, Any]:
+    profile: dict[str, Any] = {
+        "gpu_model": "NVIDIA H100 80GB HBM3",
+        "groups": ["h100_80gb_hbm3"],
+        "xml": _A100_XML,
+        "xml_values": _H100_CAPTURE,
+        "gpu_count": 8,
+        "bus_ids": _HGX_H100_BUS_IDS,
+        "driver": "535.161.08",
+        "cuda": "12.2",
+        "topology": {"fixture": "mleng-8x-h100-nv18-ht-cpu-affinity.txt"},
+        "nvswitches": 4,
+        # H100 SXM5: 18 fourth-generation NVLinks per GPU, all to the NVSwitches.
+        "nvlink": {"links": 18, "speed_gb_s": 26.562},
+        "gpu": {"remapped_rows": _H100_CLEAN_REMAP, "mig": {"current": "Disabled"}},
     }
     profile.update(extra)
     return profile
@@ -232,6 +304,7 @@ PROFILES: dict[str, dict[str, Any]] = {
         "groups": ["mi100"],
         "rocm_json": "telegraf-mi100-rocm5.7.1.json",
     },
+    "h100-01": _h100(description="8× H100 80GB HBM3 HGX, healthy, MIG disabled"),
     # Test-only hosts: faults that would slow down or derail a demo run.
     "t4-hang": _t4(description="nvidia-smi hangs", faults={"hang": {"seconds": 3600}}),
     "a10g-truncated": _a10g(
@@ -239,9 +312,8 @@ PROFILES: dict[str, dict[str, Any]] = {
     ),
 }
 
-DEMO_FLEET: tuple[str, ...] = tuple(
-    name for name in PROFILES if name not in ("t4-hang", "a10g-truncated")
-)
+_NOT_IN_DEMO = ("t4-hang", "a10g-truncated")
+DEMO_FLEET: tuple[str, ...] = tuple(name for name in PROFILES if name not in _NOT_IN_DEMO)
 
 
 def get_profile(name: str) -> dict[str, Any]:

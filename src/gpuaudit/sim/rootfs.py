@@ -1,4 +1,4 @@
-"""The files a simulated host shows under its root directory (``GPUAUDIT_ROOT``).
+"""The files a simulated host shows under its root directory.
 
 The collector reads /etc/os-release, /proc/driver/nvidia/version, /proc/sys/… and lists
 /dev/nvidia* under that root. These files are derived from the state and rewritten whenever a
@@ -15,7 +15,7 @@ import shutil
 from pathlib import Path
 
 from gpuaudit.sim.oses import OS_RELEASES, driver_proc_version
-from gpuaudit.sim.state import driver_answers
+from gpuaudit.sim.state import SimStateError, driver_answers
 
 # Typing names for the checker only: importing typing costs each tool call milliseconds.
 TYPE_CHECKING = False
@@ -23,9 +23,63 @@ if TYPE_CHECKING:
     from gpuaudit.sim.state import State
 
 _NODE_GLOBS = ("nvidia*", "kfd", "dri/*")
+# Where the host's state lives, relative to its root: the state file locates the root.
+STATE_FILE = "var/lib/gpuaudit-sim/state.json"
+# The real tools behind the pass-through shims (stat, uname, hostname), inside the root.
+REAL_TOOLS_DIR = "var/lib/gpuaudit-sim/real"
+# The skeleton every isolated root is built on carries this file at its top.
+_ISOLATED_MARKER = "/.gpuaudit-base"
+
+
+class NotASimulatedRoot(SimStateError):
+    """A state file outside a simulated host's root: its tools must not write there."""
+
+
+def host_root(state_path: Path) -> Path:
+    """The root directory of the host whose state file is ``state_path``: ``/`` inside the
+    host's isolated root, its upper directory when a tool runs from outside."""
+    path = Path(os.path.abspath(state_path))
+    if path.as_posix().endswith("/" + STATE_FILE):
+        root = Path(path.as_posix()[: -len(STATE_FILE) - 1] or "/")
+        # This machine's own / is a root only from inside an isolated host.
+        if root != Path("/") or os.path.exists(_ISOLATED_MARKER):
+            return root
+    raise NotASimulatedRoot(f"{state_path} is not the state file of a simulated host's root")
+
+
+# Directories and files a fresh Ubuntu host has where remediation writes: written once, when
+# the host is built, so that what a command later removes stays removed.
+_SKELETON_DIRS = (
+    "etc/sysctl.d", "etc/apt/preferences.d", "etc/apt/sources.list.d", "etc/apt/apt.conf.d",
+    "etc/modprobe.d", "etc/systemd/system", "etc/default", "var/log", "var/tmp", "usr/local/bin",
+)  # fmt: skip
+_SYSCTL_CONF = """\
+#
+# /etc/sysctl.conf - Configuration file for setting system variables
+# See /etc/sysctl.d/ for additional system variables.
+# See sysctl.conf (5) for information.
+#
+"""
+_SYSCTL_README = """\
+Directory for system-wide sysctl settings, read by systemd-sysctl and sysctl --system:
+files ending in .conf, in the order of their names; /etc/sysctl.conf is read last.
+"""
+
+
+def populate_skeleton(root: Path) -> None:
+    for directory in _SKELETON_DIRS:
+        (root / directory).mkdir(parents=True, exist_ok=True)
+    _write(root / "etc/sysctl.conf", _SYSCTL_CONF)
+    _write(root / "etc/sysctl.d/README.sysctl", _SYSCTL_README)
+    link = root / "etc/sysctl.d/99-sysctl.conf"
+    if not link.is_symlink():
+        link.symlink_to("../sysctl.conf")
+    _write(root / "etc/environment", 'PATH="/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin"\n')
 
 
 def sync_root(state: State, root: Path) -> None:
+    if Path(root) == Path("/") and not os.path.exists(_ISOLATED_MARKER):
+        raise NotASimulatedRoot("refusing to write this machine's root for a simulated host")
     _write(root / "etc/os-release", OS_RELEASES[state["os"]])
     _write(root / "etc/hostname", state["hostname"] + "\n")
     version_file = root / "proc/driver/nvidia/version"
@@ -33,6 +87,9 @@ def sync_root(state: State, root: Path) -> None:
         _write(version_file, driver_proc_version(state["nvidia"]["driver"]["loaded"]))
     elif version_file.exists():
         shutil.rmtree(root / "proc/driver/nvidia")
+    from gpuaudit.sim.modules import PROC_MODULES, proc_modules
+
+    _write(root / PROC_MODULES, proc_modules(state))
     for key, value in state.get("sysctls", {}).items():
         _write(sysctl_path(root, key), f"{value}\n")
     _sync_device_nodes(state, root / "dev")

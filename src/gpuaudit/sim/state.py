@@ -9,9 +9,13 @@ Shape (``build.build_state`` writes it from a profile; unknown profile keys are 
 
 - ``name`` / ``hostname`` / ``vendor`` (``nvidia`` | ``amd``) / ``kernel_release`` / ``os``
 - ``nvidia``: ``xml`` (packaged base fixture), ``driver`` {``loaded``, ``installed``, ``cuda``},
-  ``gpus`` (one dict per GPU: index, bus_id, uuid, serial, minor, persistence_mode, lost,
-  unknown_error, mig, overrides), ``topology`` {fixture, replace}, ``nvswitches``, ``lspci``
-  {``drop``: GPU indices the bus listing lacks, ``add``: bus ids of GPUs only it shows}
+  ``product`` / ``architecture`` (``Ampere``, ``Hopper`` …, from the XML's
+  ``product_architecture``), ``gpus`` (one dict per GPU: index, bus_id, uuid, serial, minor,
+  persistence_mode, lost, unknown_error, mig, processes [{pid, name, gpu_instance}: compute
+  processes, shown by ``--query-compute-apps``; ``gpu_instance`` places one in a MIG GPU
+  instance], reset_unsupported [a GPU reset is refused, as under GPU passthrough], overrides),
+  ``topology`` {fixture, replace}, ``nvswitches``, ``lspci`` {``drop``: GPU indices the bus
+  listing lacks, ``add``: bus ids of GPUs only it shows}
 - ``amd``: ``rocm_json`` (packaged rocm-smi fixture), ``bus_ids``
 - ``kernel_log``: the kernel ring buffer, oldest line first
 - ``services``: unit → {active, enabled}; a unit absent here is not installed
@@ -65,6 +69,9 @@ FAULTS: dict[str, str] = {
     "non_utf8": "bytes that are not UTF-8: a Latin-1 byte in one GPU's product name in "
     "nvidia-smi -q -x (param gpu, default 0) and in the process name of XID lines in dmesg",
     "dmesg_restricted": "kernel.dmesg_restrict=1: dmesg is refused, journalctl -k still works",
+    "nvidia_drm_loaded": "the nvidia_drm kernel module is loaded: it holds every GPU, so a GPU "
+    'reset fails with "In use by another client" and an Ampere MIG mode change (which needs '
+    "a reset) stays pending; /proc/modules lists the module",
 }
 # The tools the ``hang`` fault can stop.
 HANGING_TOOLS = ("nvidia-smi", "lspci")
@@ -211,6 +218,17 @@ def driver_answers(state: State) -> bool:
     return bool(driver.get("loaded")) and not has_fault(state, "driver_not_loaded")
 
 
+def mig_mode_needs_reset(state: State) -> bool:
+    """Whether this host's GPUs apply a MIG mode change through a GPU reset: Ampere (A100, A30)
+    does, and the driver tries that reset itself; Hopper and later apply it without one."""
+    nvidia = state.get("nvidia") or {}
+    architecture = nvidia.get("architecture")
+    if architecture is None:  # a state written before the architecture was recorded
+        product = str(nvidia.get("product", ""))
+        return any(model in product for model in ("A100", "A30", "A800"))
+    return architecture == "Ampere"
+
+
 def gpu_reset(gpu: dict[str, Any]) -> None:
     """What a GPU reset applies: a pending MIG mode, pending row remaps, volatile ECC counts."""
     mig = gpu.get("mig")
@@ -231,15 +249,23 @@ def gpu_reset(gpu: dict[str, Any]) -> None:
 def reboot(state: State) -> None:
     """What a reboot changes on a real host: the installed driver becomes the loaded one, every
     GPU is reset (a GPU fallen off the bus usually comes back: NVIDIA's XID 79 action is a
-    reboot), enabled services start, disabled ones stay down, and the kernel log starts empty."""
+    reboot), every process ends, enabled services start, disabled ones stay down, and the
+    kernel log starts empty. An Ampere GPU keeps its MIG mode (a status bit in the InfoROM, so
+    a pending change takes effect); later generations keep it only while the driver is loaded,
+    and come back with MIG disabled (NVIDIA MIG user guide, "GPU Reset on Hopper+ GPUs")."""
     nvidia = state.get("nvidia")
     if nvidia:
         driver = nvidia["driver"]
         driver["loaded"] = driver.get("installed")
+        keeps_mig_mode = mig_mode_needs_reset(state)
         for gpu in nvidia["gpus"]:
             gpu["lost"] = False
             gpu.pop("persistence_pinned", None)
+            gpu["processes"] = []
             gpu_reset(gpu)
+            mig = gpu.get("mig")
+            if mig is not None and not keeps_mig_mode:
+                mig.update(current="Disabled", pending="Disabled", gpu_instances=[])
     for unit in state.get("services", {}).values():
         unit["active"] = "active" if unit.get("enabled") == "enabled" else "inactive"
     sync_persistence(state)

@@ -255,11 +255,11 @@ def run_uname(argv: list[str], state_path: Path) -> int:
 
 
 def run_reboot(argv: list[str], state_path: Path) -> int:
-    from gpuaudit.sim.rootfs import sync_root
+    from gpuaudit.sim.rootfs import host_root, sync_root
 
     with edit_state(state_path) as state:
         reboot(state)
-        sync_root(state, state_path.parent / "root")
+        sync_root(state, host_root(state_path))
     return 0
 
 

@@ -31,10 +31,13 @@ TOOLS: dict[str, tuple[str, str]] = {
     "dpkg-query": ("gpuaudit.sim.pkgtools", "run_dpkg_query"),
     "dpkg": ("gpuaudit.sim.pkgtools", "run_dpkg"),
     "apt-mark": ("gpuaudit.sim.pkgtools", "run_apt_mark"),
+    "apt-get": ("gpuaudit.sim.apt", "run_apt_get"),
+    "apt": ("gpuaudit.sim.apt", "run_apt_get"),
+    "apt-cache": ("gpuaudit.sim.apt", "run_apt_cache"),
     "lspci": ("gpuaudit.sim.devtools", "run_lspci"),
     "rocm-smi": ("gpuaudit.sim.devtools", "run_rocm_smi"),
     "stat": ("gpuaudit.sim.devtools", "run_stat"),
-    "sysctl": ("gpuaudit.sim.devtools", "run_sysctl"),
+    "sysctl": ("gpuaudit.sim.sysctl", "run_sysctl"),
 }
 
 # Shims that hand uses they do not simulate to the real tool (stat of an ordinary file).

@@ -1,0 +1,81 @@
+"""gpuaudit.operations.sysctl.baseline against a real Debian root through pyinfra's ``@chroot``
+connector, with ``apply=False``: the root has no /proc, and this machine's own sysctl files and
+running values must come out byte-identical."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from gpuaudit.operations.sysctl import render
+
+VALUES = {"vm.swappiness": 13, "net.core.rmem_max": 134217728}
+DROPIN = "/etc/sysctl.d/90-gpuaudit.conf"
+DEPLOY = f"""
+from gpuaudit.operations import sysctl
+
+sysctl.baseline(name="Keep the sysctl baseline", values={VALUES!r}, apply=False)
+"""
+
+
+def controller_sysctl() -> dict[str, object]:
+    """This machine's sysctl configuration files (links, bytes, modes) and running values."""
+    state: dict[str, object] = {}
+    for directory in ("/etc/sysctl.d", "/run/sysctl.d", "/usr/lib/sysctl.d", "/lib/sysctl.d"):
+        top = Path(directory)
+        if not top.is_dir():
+            continue
+        for entry in sorted(top.iterdir()):
+            info = os.lstat(entry)
+            link = os.readlink(entry) if entry.is_symlink() else None
+            body = entry.read_bytes() if entry.is_file() else None
+            state[str(entry)] = (info.st_mode, info.st_mtime_ns, link, body)
+    conf = Path("/etc/sysctl.conf")
+    state[str(conf)] = conf.read_bytes() if conf.exists() else None
+    for key in VALUES:
+        proc = Path("/proc/sys") / key.replace(".", "/")
+        state[str(proc)] = proc.read_text() if proc.exists() else None
+    return state
+
+
+def test_baseline_writes_the_dropin_in_the_root_only(debroot) -> None:
+    before = controller_sysctl()
+
+    first = debroot.pyinfra(DEPLOY)
+    assert first.returncode == 0, first.output
+    assert first.changed("Keep the sysctl baseline")
+    dropin = debroot.path / DROPIN.lstrip("/")
+    content = dropin.read_text()
+    assert content == render({k: str(v) for k, v in VALUES.items()})
+    settings = [line for line in content.splitlines() if not line.startswith("#")]
+    assert settings == ["net.core.rmem_max = 134217728", "vm.swappiness = 13"]
+    info = dropin.stat()
+    assert (info.st_mode & 0o777, info.st_uid, info.st_gid) == (0o644, 0, 0)
+
+    second = debroot.pyinfra(DEPLOY)
+    assert second.returncode == 0, second.output
+    assert not second.changed("Keep the sysctl baseline"), second.output
+    assert second.results("Keep the sysctl baseline")["No Change"] == "1"
+    assert dropin.read_text() == content
+
+    assert controller_sysctl() == before
+    assert not any((debroot.path / "proc").iterdir())
+
+
+def test_fix_shadows_comments_out_a_later_file_in_the_root(debroot) -> None:
+    before = controller_sysctl()
+    override = debroot.path / "etc" / "sysctl.d" / "99-site.conf"
+    override.write_text("# site tuning\nvm.swappiness = 60\nkernel.pid_max = 4194304\n")
+    deploy = DEPLOY.replace("apply=False", "apply=False, fix_shadows=True")
+
+    first = debroot.pyinfra(deploy)
+    assert first.returncode == 0, first.output
+    assert first.changed("Keep the sysctl baseline")
+    assert override.read_text() == (
+        "# site tuning\n# gpuaudit: vm.swappiness = 60\nkernel.pid_max = 4194304\n"
+    )
+
+    second = debroot.pyinfra(deploy)
+    assert second.returncode == 0, second.output
+    assert not second.changed("Keep the sysctl baseline"), second.output
+    assert controller_sysctl() == before

@@ -1,0 +1,169 @@
+"""A simulated host is a rehearsal ground: what pyinfra runs against it changes that host's own
+root and state, never this machine's files, packages or kernel settings.
+
+Real pyinfra runs real operations (its own files.line, files.put, server.sysctl(persist=True),
+apt.packages, server.shell) against @sim hosts; the test then compares this machine's files
+with what they were before and reads the host's root and state.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import stat
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from gpuaudit.sim.host import host_paths
+from gpuaudit.sim.profiles import get_profile
+
+REPO = Path(__file__).resolve().parents[2]
+# Every path of this machine an operation below names, and what it looks like now.
+WATCHED = (
+    "/etc/environment",
+    "/etc/sysctl.d",
+    "/etc/gpuaudit-put.conf",
+    "/etc/passwd",
+    "/usr/bin/gpuaudit-canary",
+    "/usr/local/bin",
+    "/root/gpuaudit-canary",
+    "/tmp/gpuaudit-canary",
+)
+DEPLOY = """
+from pyinfra.operations import apt, files, server
+files.line(name="line", path="/etc/environment", line="GPUAUDIT_REHEARSAL=1")
+files.put(name="put", src={src!r}, dest="/etc/gpuaudit-put.conf")
+server.sysctl(name="sysctl", key="net.core.rmem_max", value=134217728, persist=True,
+              persist_file="/etc/sysctl.d/90-gpu.conf")
+apt.packages(name="apt", packages=["nvidia-utils-515=515.105.02-0ubuntu1"])
+server.shell(name="hostile", commands=[
+    "rm -rf /etc/passwd /usr/local/bin",
+    "echo canary > /usr/bin/gpuaudit-canary && echo canary > /root/gpuaudit-canary",
+    "echo canary > /tmp/gpuaudit-canary",
+    "sed -i 's/^/#/' /etc/environment.bak 2>/dev/null || true",
+    "! /usr/sbin/sysctl -w vm.swappiness=77 2>/dev/null",
+    "! mount -t tmpfs none /mnt 2>/dev/null",
+    "! test -e /proc/1/cmdline",
+    "! ls /dev/vda /dev/sda 2>/dev/null",
+])
+"""
+
+
+def fingerprint() -> dict[str, str]:
+    seen: dict[str, str] = {}
+    for name in WATCHED:
+        path = Path(name)
+        if path.is_dir():
+            for entry in sorted(path.rglob("*")):
+                seen[str(entry)] = _digest(entry)
+        seen[name] = _digest(path)
+    for key in ("net/core/rmem_max", "vm/swappiness"):
+        seen[key] = Path("/proc/sys", key).read_text()
+    seen["dpkg"] = subprocess.run(
+        ["dpkg-query", "-W"], capture_output=True, text=True, check=False
+    ).stdout
+    return seen
+
+
+def _digest(path: Path) -> str:
+    if path.is_symlink():
+        return "link:" + os.readlink(path)
+    if path.is_file():
+        return hashlib.sha256(path.read_bytes()).hexdigest()
+    return "dir" if path.is_dir() else "absent"
+
+
+def pyinfra(sim_dir: Path, inventory: Path, deploy: Path, *extra: str, **env: str):
+    return subprocess.run(
+        [sys.executable, "-m", "pyinfra", "-y", *extra, str(inventory), str(deploy)],
+        cwd=REPO,
+        env={**os.environ, "GPUAUDIT_SIM_DIR": str(sim_dir), **env},
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+
+
+@pytest.fixture
+def rehearsal(tmp_path: Path) -> tuple[Path, Path, Path]:
+    profile = {**get_profile("t4-02"), "repository": ["515.105.02"], "packages_held": False}
+    inventory = tmp_path / "inventory.py"
+    inventory.write_text(f"hosts = [('@sim/t4-02', {{'sim_profile': {profile!r}}})]\n")
+    source = tmp_path / "put.conf"
+    source.write_text("from the controller\n")
+    deploy = tmp_path / "deploy.py"
+    deploy.write_text(DEPLOY.format(src=str(source)))
+    return tmp_path / "sim", inventory, deploy
+
+
+def test_operations_change_the_hosts_root_and_never_this_machine(
+    rehearsal: tuple[Path, Path, Path],
+) -> None:
+    sim_dir, inventory, deploy = rehearsal
+    before = fingerprint()
+    run = pyinfra(sim_dir, inventory, deploy)
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert fingerprint() == before
+
+    host = host_paths("t4-02", sim_dir)
+    assert host.upper("/etc/environment").read_text().endswith("GPUAUDIT_REHEARSAL=1\n")
+    assert host.upper("/etc/gpuaudit-put.conf").read_text() == "from the controller\n"
+    assert host.upper("/etc/sysctl.d/90-gpu.conf").read_text() == (
+        "net.core.rmem_max = 134217728\n"
+    )
+    assert host.upper("/usr/bin/gpuaudit-canary").read_text() == "canary\n"
+    assert host.upper("/root/gpuaudit-canary").read_text() == "canary\n"
+    removed = host.upper("/etc/passwd").lstat()  # the host's copy is gone: a whiteout
+    assert stat.S_ISCHR(removed.st_mode) and removed.st_rdev == 0
+    state = json.loads(host.state_file.read_text())
+    assert state["sysctls"]["net.core.rmem_max"] == "134217728"
+    versions = {p["name"]: p["version"] for p in state["packages"]}
+    assert versions["nvidia-utils-515"] == "515.105.02-0ubuntu1"
+    assert (host.root_dir / "proc/sys/net/core/rmem_max").read_text() == "134217728\n"
+
+
+def test_dry_run_leaves_the_host_byte_identical(rehearsal: tuple[Path, Path, Path]) -> None:
+    sim_dir, inventory, deploy = rehearsal
+    # Connect once so the host exists, then compare everything under it around a --dry run.
+    first = pyinfra(sim_dir, inventory, deploy, "--dry")
+    assert first.returncode == 0, first.stdout + first.stderr
+    host_dir = host_paths("t4-02", sim_dir).host_dir
+    before = {str(p): _digest(p) for p in sorted(host_dir.rglob("*")) if "work" not in p.parts}
+    again = pyinfra(sim_dir, inventory, deploy, "--dry")
+    assert again.returncode == 0, again.stdout + again.stderr
+    after = {str(p): _digest(p) for p in sorted(host_dir.rglob("*")) if "work" not in p.parts}
+    assert after == before
+
+
+def test_without_isolation_only_the_collector_runs(
+    rehearsal: tuple[Path, Path, Path], tmp_path: Path
+) -> None:
+    sim_dir, inventory, deploy = rehearsal
+    before = fingerprint()
+    run = pyinfra(sim_dir, inventory, deploy, GPUAUDIT_SIM_ISOLATION="off")
+    assert run.returncode != 0
+    assert "is read-only here" in run.stdout + run.stderr
+    assert "GPUAUDIT_SIM_ISOLATION=off" in run.stdout + run.stderr
+    assert fingerprint() == before
+    host = host_paths("t4-02", sim_dir)
+    assert "GPUAUDIT_REHEARSAL" not in host.upper("/etc/environment").read_text()
+
+    audit = subprocess.run(
+        [sys.executable, "-m", "gpuaudit.cli", "audit", str(inventory), "--reports-dir",
+         str(tmp_path / "reports"), "--run-id", "ro"],
+        cwd=REPO,
+        env={**os.environ, "GPUAUDIT_SIM_DIR": str(sim_dir), "GPUAUDIT_SIM_ISOLATION": "off"},
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )  # fmt: skip
+    assert audit.returncode == 0, audit.stdout + audit.stderr
+    register = json.loads((tmp_path / "reports/ro/register.json").read_text())
+    codes = {risk["rule"] for risk in register["risks"]}
+    assert "GA401" in codes  # t4-02: persistence off, read through the collector
