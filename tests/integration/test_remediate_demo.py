@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 
 from gpuaudit.rules import REGISTRY
+from gpuaudit.sim.host import host_paths
 
 REPO = Path(__file__).resolve().parents[2]
 INVENTORY = REPO / "inventory" / "demo.py"
@@ -149,3 +150,31 @@ def test_audit_fix_audit_on_the_demo_fleet(tmp_path: Path) -> None:
     assert {success for success, _, _ in results(second).values()} == {"-"}
     changed = {path for path, digest in host_files(sim_dir).items() if settled.get(path) != digest}
     assert changed == set()
+
+
+def test_waived_and_disabled_rules_are_not_fixed_behind_the_sites_back(tmp_path: Path) -> None:
+    policy = tmp_path / "site.yaml"
+    policy.write_text(
+        "version: 1\n"
+        "defaults:\n  disabled_rules: [GA401]\n"
+        "waivers:\n"
+        "  - {rule: GA601, hosts: 't4-*', reason: 'buffers tuned by the network team',\n"
+        "     expires: 2099-12-31, owner: netops}\n"
+    )
+    inventory = tmp_path / "inventory.py"
+    inventory.write_text("hosts = ['@sim/t4-02']\n")
+    env = {**os.environ, "GPUAUDIT_SIM_DIR": str(tmp_path / "sim"), "GPUAUDIT_POLICY": str(policy)}
+    done = run("pyinfra", "-y", "-v", str(inventory), "deploys/remediate.py", env=env)
+    output = _checked(done)
+    assert "GA401 is disabled for this host by the site policy: not remediated" in output
+    assert (
+        "GA601 is waived on this host until 2099-12-31 by netops "
+        f"({policy}:5): buffers tuned by the network team; not remediated"
+    ) in output
+    host = host_paths("t4-02", tmp_path / "sim")
+    assert not host.upper("/etc/sysctl.d/90-gpuaudit.conf").exists()
+    state = json.loads(host.state_file.read_text())
+    assert state["sysctls"]["net.core.rmem_max"] == "212992"
+    assert state["nvidia"]["gpus"][0]["persistence_mode"] == "Disabled"
+    assert "nvidia-driver-515" in state["holds"]  # the rules not waived are still fixed
+    assert host.upper("/etc/apt/preferences.d/gpuaudit-nvidia-driver").is_file()

@@ -283,7 +283,7 @@ def test_host_data_merges_over_the_built_in_baseline() -> None:
     expected = render(
         {"net.core.rmem_max": "268435456", "net.core.wmem_max": "134217728", "vm.swappiness": "10"}
     )
-    assert commands[0].src.getvalue() == expected
+    assert commands[1].src.getvalue() == expected  # after the mkdir -p
     assert expected.splitlines()[2:] == [
         "net.core.rmem_max = 268435456",
         "net.core.wmem_max = 134217728",

@@ -97,6 +97,8 @@ def baseline(
         raise OperationError(f"{path} exists but is not a regular file; not replacing it")
     current = host.get_fact(FileContents, path=path) if remote else None
     if not remote or current is None or list(current) != content.splitlines():
+        if not remote:  # a minimal host may lack the directory
+            yield StringCommand("mkdir", "-p", QuoteString(posixpath.dirname(path)))
         # Uploading replaces the file: its mode is then the temporary copy's, so always set it.
         yield FileUploadCommand(StringIO(content), path)
         yield StringCommand("chmod", FILE_MODE, QuoteString(path))
