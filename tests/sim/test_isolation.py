@@ -101,12 +101,14 @@ def rehearsal(tmp_path: Path) -> tuple[Path, Path, Path]:
     return tmp_path / "sim", inventory, deploy
 
 
+@pytest.mark.parametrize("mode", ["", "userns"], ids=["as-root", "user-namespace"])
 def test_operations_change_the_hosts_root_and_never_this_machine(
-    rehearsal: tuple[Path, Path, Path],
+    rehearsal: tuple[Path, Path, Path], mode: str
 ) -> None:
+    # "userns" enters each host through a user namespace, as a user other than root does.
     sim_dir, inventory, deploy = rehearsal
     before = fingerprint()
-    run = pyinfra(sim_dir, inventory, deploy)
+    run = pyinfra(sim_dir, inventory, deploy, GPUAUDIT_SIM_ISOLATION=mode)
     assert run.returncode == 0, run.stdout + run.stderr
     assert fingerprint() == before
 

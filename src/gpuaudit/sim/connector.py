@@ -136,7 +136,8 @@ class SimConnector(LocalConnector):
             return False, _refusal(
                 f"gpuaudit simulator: {self.host.name} is read-only here, because simulated "
                 f"hosts cannot be isolated on this machine ({self.read_only_reason}); only the "
-                "audit's collector runs. Run as root to rehearse changes on simulated hosts."
+                "audit's collector runs. Run as root, or where unprivileged user namespaces are "
+                "allowed, to rehearse changes on simulated hosts."
             )
         arguments["_env"] = {**(arguments.get("_env") or {}), **host.env()}
         unix = make_unix_command_for_host(self.state, self.host, command, **_shell(arguments))

@@ -164,8 +164,6 @@ def _write_shims(host: SimHost, tools: list[str]) -> None:
 def _hide_real_tool(host: SimHost, tool: str, keep_shim: bool) -> None:
     """Whiteouts over this machine's ``tool`` in each directory of the host's PATH, so that
     not even an absolute path (/usr/sbin/sysctl) reaches the real one from inside."""
-    if os.geteuid() != 0:
-        return  # no whiteouts without root, and no isolated root either (read-only mode)
     trees = overlay_trees()
     for directory in BIN_DIRS:
         if directory.split("/", 1)[0] not in trees:
@@ -173,7 +171,10 @@ def _hide_real_tool(host: SimHost, tool: str, keep_shim: bool) -> None:
         if keep_shim and directory == "usr/bin":
             continue
         if os.path.lexists(f"/{directory}/{tool}"):
-            whiteout(upper_for(host.host_dir, f"{directory}/{tool}"))
+            try:
+                whiteout(upper_for(host.host_dir, f"{directory}/{tool}"))
+            except PermissionError:
+                return  # a system that refuses them has no isolated roots either (read-only)
 
 
 def _copy_passthrough_tools(host: SimHost) -> None:

@@ -19,10 +19,12 @@ set reduced to the file-owning capabilities (no CAP_SYS_ADMIN, SYS_MODULE, SYS_B
 SYS_TIME, MKNOD, SYS_CHROOT, NET_ADMIN …), so it can neither mount nor load a module nor leave
 the chroot.
 
-All of it needs root (mounting overlays and creating whiteouts). Where it is not available —
-a non-root user, a kernel without overlayfs, a simulator directory on a file system overlayfs
-cannot use as an upper layer — :func:`isolation_problem` says why and the connector runs
-only the audit's read-only collector, refusing every other command.
+As root this is done directly; as another user in a user namespace of its own (``unshare
+--user --map-root-user``, overlayfs with ``userxattr``), where the kernel allows unprivileged
+user namespaces. Where neither is available — user namespaces disabled, a kernel without
+overlayfs, a simulator directory on a file system overlayfs cannot use as an upper layer —
+:func:`isolation_problem` says why and the connector runs only the audit's read-only
+collector, refusing every other command.
 """
 
 from __future__ import annotations
@@ -38,7 +40,8 @@ import threading
 from functools import cache
 from pathlib import Path
 
-# Set to "off" to use the read-only mode even where isolation works (a test of that mode).
+# "off": the read-only mode even where isolation works; "userns": a user namespace even as
+# root (how other users run); unset: root directly, other users in a user namespace.
 ISOLATION_ENV = "GPUAUDIT_SIM_ISOLATION"
 BASE_NAME = ".base"
 # Bumped when the skeleton changes, so an old one is rebuilt.
@@ -130,8 +133,14 @@ def ensure_base(sim_dir: Path) -> Path:
     return base
 
 
+def in_user_namespace() -> bool:
+    """Whether hosts are entered through a user namespace (not root, or asked to)."""
+    return os.geteuid() != 0 or os.environ.get(ISOLATION_ENV) == "userns"
+
+
 def whiteout(path: Path) -> None:
-    """Hide ``path`` of the lower layer in an overlay's upper directory."""
+    """Hide ``path`` of the lower layer in an overlay's upper directory (a 0/0 character
+    device, which Linux lets any user create)."""
     if path.is_symlink() or path.exists():
         if stat.S_ISCHR(path.lstat().st_mode) and path.lstat().st_rdev == 0:
             return
@@ -156,13 +165,14 @@ def enter_command(host_dir: Path, sim_dir: Path, command: str) -> list[str]:
     base = base_dir(sim_dir)
     merged = host_dir / "merged"
     q = shlex.quote
+    userns = in_user_namespace()
     steps = [
         "set -e",
-        _overlay(base, host_dir / "root", host_dir / "work" / "root", merged),
+        _overlay(base, host_dir / "root", host_dir / "work" / "root", merged, userns),
     ]
     for tree in overlay_trees():
         upper, work = host_dir / tree, host_dir / "work" / tree
-        steps.append(_overlay(Path(f"/{tree}"), upper, work, merged / tree))
+        steps.append(_overlay(Path(f"/{tree}"), upper, work, merged / tree, userns))
     for device in _DEVICES:
         if os.path.exists(f"/dev/{device}"):
             steps.append(f"mount --bind /dev/{device} {q(str(merged / 'dev' / device))}")
@@ -174,14 +184,17 @@ def enter_command(host_dir: Path, sim_dir: Path, command: str) -> list[str]:
         f'/usr/bin/env -i PATH={HOST_PATH} HOME=/root LANG=C.UTF-8 /bin/sh -c "$1"'
     )
     script = "\n".join(steps)
+    user = ["--user", "--map-root-user"] if userns else []
     return [
-        "unshare", "--mount", "--propagation", "private", "--pid", "--fork", "--uts", "--ipc",
-        "--net", "--", "/bin/sh", "-c", script, "gpuaudit-sim", command,
+        "unshare", *user, "--mount", "--propagation", "private", "--pid", "--fork", "--uts",
+        "--ipc", "--net", "--", "/bin/sh", "-c", script, "gpuaudit-sim", command,
     ]  # fmt: skip
 
 
-def _overlay(lower: Path, upper: Path, work: Path, target: Path) -> str:
-    options = f"lowerdir={lower},upperdir={upper},workdir={work},index=off"
+def _overlay(lower: Path, upper: Path, work: Path, target: Path, userns: bool) -> str:
+    # In a user namespace overlayfs keeps its metadata in user.* extended attributes.
+    extra = ",userxattr" if userns else ""
+    options = f"lowerdir={lower},upperdir={upper},workdir={work},index=off{extra}"
     return f"mount -t overlay gpuaudit-sim -o {shlex.quote(options)} {shlex.quote(str(target))}"
 
 
@@ -210,8 +223,6 @@ def _probe(sim_dir: str, setting: str) -> str | None:
 def _probe_once(sim_dir: str, setting: str) -> str | None:
     if setting == "off":
         return f"{ISOLATION_ENV}=off"
-    if os.geteuid() != 0:
-        return "it needs root (overlay mounts in a private mount namespace)"
     for tool in ("unshare", "chroot", "mount", "setpriv"):
         if not shutil.which(tool):
             return f"{tool} is not installed"
@@ -223,7 +234,8 @@ def _probe_once(sim_dir: str, setting: str) -> str | None:
         argv = enter_command(probe, Path(sim_dir), "test ! -e /gone && echo x > /etc/probe")
         done = subprocess.run(argv, capture_output=True, text=True, timeout=30, check=False)
         if done.returncode != 0 or not (probe / "root" / "etc" / "probe").is_file():
-            return f"the isolated root could not be entered: {done.stderr.strip()[-300:]}"
+            how = "in a user namespace" if in_user_namespace() else "as root"
+            return f"the isolated root could not be entered {how}: {done.stderr.strip()[-300:]}"
     except (OSError, subprocess.SubprocessError) as exc:
         return f"the isolated root could not be set up: {exc}"
     finally:
