@@ -1,5 +1,6 @@
-"""The core (parsers, model, rules, policy, report) works without pyinfra: it is what
-`gpuaudit report` runs on saved snapshots, on machines that never talk to a host."""
+"""The core (parsers, model, rules, policy, report, the upgrade planner and gates) works
+without pyinfra: it is what `gpuaudit report` runs on saved snapshots, on machines that never
+talk to a host, and what plans and judges a staged upgrade before any host is touched."""
 
 from __future__ import annotations
 
@@ -14,6 +15,10 @@ CORE = (
     "gpuaudit.report.run",
     "gpuaudit.offline",
     "gpuaudit.inspect",
+    "gpuaudit.upgrade",
+    "gpuaudit.upgrade.settings",
+    "gpuaudit.upgrade.plan",
+    "gpuaudit.upgrade.gates",
 )
 
 

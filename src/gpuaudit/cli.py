@@ -249,6 +249,7 @@ def build_parser() -> argparse.ArgumentParser:
     script.set_defaults(func=cmd_collect_script)
 
     add_policy_parser(sub)
+    add_upgrade_parser(sub)
 
     inspect = sub.add_parser(
         "inspect", help="recognise captured tool outputs and print what gpuaudit reads in them"
@@ -256,6 +257,46 @@ def build_parser() -> argparse.ArgumentParser:
     inspect.add_argument("files", nargs="+", metavar="FILE")
     inspect.set_defaults(func=cmd_inspect)
     return parser
+
+
+def add_upgrade_parser(sub: argparse._SubParsersAction) -> None:
+    upgrade = sub.add_parser(
+        "upgrade", help="staged driver upgrade: canary, waves, health gates, halt and rollback"
+    )
+    upgrade.add_argument("inventory", help="pyinfra inventory, e.g. inventory/prod.py")
+    upgrade.add_argument("--to", required=True, metavar="VERSION", help="driver version")
+    upgrade.add_argument("--policy", metavar="FILE", default=None,
+                         help="site policy; its upgrade: section sets the limits")  # fmt: skip
+    upgrade.add_argument("--dry", action="store_true",
+                         help="print the plan and change nothing")  # fmt: skip
+    upgrade.add_argument("--resume", metavar="RUN_DIR", default=None,
+                         help="carry on a rollout (reports/upgrades/<rollout-id>)")  # fmt: skip
+    upgrade.add_argument("--limit", action="append", metavar="PATTERN", default=[],
+                         help="only matching hosts or groups (pyinfra --limit)")  # fmt: skip
+    upgrade.add_argument("--reports-dir", default="reports")
+    upgrade.add_argument("--rollout-id", default=None)
+    upgrade.set_defaults(func=cmd_upgrade)
+
+
+def cmd_upgrade(args: argparse.Namespace) -> int:
+    from gpuaudit.policy import PolicyError
+    from gpuaudit.upgrade.runner import Options, upgrade
+
+    options = Options(
+        inventory=args.inventory,
+        target=args.to,
+        policy=args.policy,
+        dry=args.dry,
+        resume=Path(args.resume) if args.resume else None,
+        limit=tuple(args.limit),
+        reports_dir=Path(args.reports_dir),
+        rollout_id=args.rollout_id,
+    )
+    try:
+        return upgrade(options)
+    except (PolicyError, ValueError, RuntimeError) as exc:
+        print(f"gpuaudit upgrade: {exc}", file=sys.stderr)
+        return 2
 
 
 def cmd_inspect(args: argparse.Namespace) -> int:

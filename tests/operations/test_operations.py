@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from pyinfra.api import FileUploadCommand, StringCommand
+from pyinfra.api import FileUploadCommand, FunctionCommand, StringCommand
 from pyinfra.api.exceptions import OperationError
 from pyinfra.context import ctx_host
 
@@ -76,9 +76,12 @@ def run_operation(
 
 def rendered(command: Any) -> Any:
     """A command as a case file writes it: the shell text; an upload of an in-memory file is
-    ``upload <remote path>``, a newline, then the content."""
+    ``upload <remote path>``, a newline, then the content; a Python callback is
+    ``function <name>``."""
     if isinstance(command, StringCommand):
         return command.get_raw_value()
+    if isinstance(command, FunctionCommand):
+        return f"function {command.function.__name__}"
     if isinstance(command, FileUploadCommand) and hasattr(command.src, "getvalue"):
         return f"upload {command.dest}\n{command.src.getvalue()}"
     return command

@@ -162,7 +162,7 @@ def test_unknown_invocations_fail_loudly(make_host: Callable[..., SimHost]) -> N
 def test_real_system_tools_are_out_of_reach(make_host: Callable[..., SimHost]) -> None:
     # A simulated host lacks what its profile lacks, even where this machine has it.
     host = make_host("t4-03")
-    for tool in ("nvidia-smi", "dnf", "rocm-smi", "modprobe"):
+    for tool in ("nvidia-smi", "dnf", "rocm-smi", "insmod"):
         assert run_on(host, "sh", "-c", f"command -v {tool}").returncode != 0, tool
     assert run_on(host, "sh", "-c", "command -v grep").returncode == 0
     assert run_on(host, "uname", "-n").stdout == "t4-03\n"

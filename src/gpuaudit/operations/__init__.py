@@ -9,4 +9,7 @@ make the difference, otherwise ``host.noop(why)``. A second run therefore change
 - :func:`gpuaudit.operations.services.enable` (GA403, and any unit that must run)
 - :func:`gpuaudit.operations.mig.apply` (GA203, GA201: the site's mig-parted MIG layout;
   planned in ``mig_plan`` / ``mig_commands``, which import no pyinfra)
+- :mod:`gpuaudit.operations.upgrade`: one host's driver-upgrade steps (stop / start the GPU
+  services, install a driver version, reload the driver, reboot and wait), run one step at a
+  time by ``deploys/driver_upgrade.py``
 """

@@ -79,7 +79,7 @@ def pin(
     if version is not None and not valid_version(version):
         raise OperationValueError(f"not a package version: {version!r}")
     _check_pin_file(pin_file)
-    regexes = _driver_regexes(patterns)
+    regexes = driver_regexes(patterns)
     if host.get_fact(Which, "apt-mark"):
         yield from _pin_apt(version, regexes, pin_file)
         return
@@ -107,7 +107,7 @@ def unpin(patterns: Iterable[str] | None = None, pin_file: str = DEFAULT_PIN_FIL
         driver.unpin(name="Release the NVIDIA driver packages")
     """
     _check_pin_file(pin_file)
-    regexes = _driver_regexes(patterns)
+    regexes = driver_regexes(patterns)
     if host.get_fact(Which, "apt-mark"):
         yield from _unpin_apt(regexes, pin_file)
         return
@@ -123,7 +123,7 @@ def _patterns() -> list[str]:
     return list(host_settings().driver_package_patterns)
 
 
-def _driver_regexes(patterns: Iterable[str] | None) -> list[re.Pattern[str]]:
+def driver_regexes(patterns: Iterable[str] | None) -> list[re.Pattern[str]]:
     """Patterns given are used as given; by default the co-pinned packages join the host's."""
     if patterns is not None:
         chosen = list(patterns)

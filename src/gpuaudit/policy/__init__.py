@@ -24,6 +24,20 @@ the file, line and column)::
     waivers:
       - {rule: GA401, hosts: "gpu-l40s-*", reason: "...", expires: 2027-03-31, owner: ml-infra}
         # hosts: a pattern or a list (fnmatch, case-insensitive); optional gpu: 3 or [0, 1]
+    upgrade:                            # staged driver upgrades (docs/staged-upgrades.md)
+      max_parallel: 2                   # hosts upgraded at once (default 1)
+      max_unavailable: "25%"            # a count, or a percentage of the inventory's hosts
+                                        # (rounded down, at least 1); default 1
+      failure_budget: 1                 # failed hosts the waves may have (default 0)
+      canary_failure_budget: 0          # failed hosts the first stage may have (default 0)
+      soak_seconds: 3600                # wait after the first stage (default 0)
+      drain: {kind: kubectl, kubectl_context: prod, timeout_seconds: 600}
+        # kind: none | kubectl | slurm | command (command: and undrain_command: required)
+      gate: {dcgm_diag_level: 1, command: "/usr/local/bin/smoke", timeout_seconds: 900,
+             wait_for_host_seconds: 900}  # dcgm_diag_level: 1-4 or null (no dcgmi diag)
+      reboot: auto                      # auto (reload modules, reboot if that fails) | always
+                                        # | never
+      stages: [canary, wave1, wave2, wave3]   # the stage order; the first is the canary
 
 Settings are the keys the rules read (``rules.policy_defaults.DEFAULT_POLICY``, with their
 built-in defaults); keys with a numeric default are thresholds and go under ``thresholds:``.
@@ -34,6 +48,11 @@ Severity overrides change a finding's severity after the rules ran and keep the 
 finding (``override_reason`` and its message); an XID code's override beats its rule's.
 A waiver accepts one rule's risk on some hosts until ``expires`` (inclusive); an expired
 waiver hides nothing and the register shows the risk as open with the date it lapsed.
+
+``upgrade:`` is read into :class:`gpuaudit.upgrade.settings.UpgradeSettings` (``Policy.upgrade``;
+a policy without the section gets its defaults). Stages are inventory group names: a host's
+stage is its ``rollout_stage`` host data, else its first group listed in ``stages``, else the
+last stage. ``max_unavailable`` counts hosts already unhealthy before the rollout.
 
 Public API: :func:`load_policy`, :meth:`Policy.from_text`, :meth:`Policy.settings_for`,
 :meth:`Policy.override_for`, :meth:`Policy.waiver_for`, :meth:`Policy.waiver_status`,

@@ -3,7 +3,8 @@
 Meant for the CI of the repository that holds a site's policy: exit 2 lists every problem as
 file:line:col; otherwise the effective settings of the defaults and of each group (only what
 differs from gpuaudit's built-in defaults, so a review sees the site's decisions), the
-severity overrides and the waivers with their state today.
+severity overrides, the upgrade settings where the policy sets any, and the waivers with
+their state today.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from gpuaudit.policy.loader import load_policy
 from gpuaudit.policy.model import Policy
 from gpuaudit.policy.nodes import PolicyError
 from gpuaudit.rules.policy_defaults import DEFAULT_POLICY
+from gpuaudit.upgrade.settings import UpgradeSettings
 
 __all__ = ["add_policy_parser", "describe_policy", "load_for_cli"]
 
@@ -61,6 +63,8 @@ def describe_policy(policy: Policy, on: date) -> str:
     )
     if overrides:
         view["severity_overrides"] = overrides
+    if policy.upgrade != UpgradeSettings():
+        view["upgrade"] = policy.upgrade.to_dict()
     if policy.waivers:
         view["waivers"] = [
             {

@@ -10,8 +10,9 @@ from yaml.nodes import Node, ScalarNode
 from gpuaudit.policy.migparted import read_mig_configs, read_mig_parted_file
 from gpuaudit.policy.model import POLICY_FILE_VERSION, Policy, SeverityOverride, Waiver
 from gpuaudit.policy.nodes import Invalid, PolicyError, Reader, describe
-from gpuaudit.policy.schema import check_rule_code, read_settings
+from gpuaudit.policy.schema import check_rule_code, read_settings, read_upgrade
 from gpuaudit.rules.base import Severity
+from gpuaudit.upgrade.settings import UpgradeSettings
 
 __all__ = ["load_policy", "parse_policy"]
 
@@ -23,10 +24,12 @@ _TOP = (
     "mig_parted_file",
     "severity_overrides",
     "waivers",
+    "upgrade",
 )
 _TOP_HINTS = {
     "mig_configs": "mig-parted's spelling is mig-configs:",
     "thresholds": "set thresholds under defaults: or a group",
+    "rollout": "the staged upgrade's settings go under upgrade:",
 }
 _WAIVER_KEYS = ("rule", "hosts", "reason", "expires", "owner", "gpu")
 _WAIVER_REQUIRED = ("rule", "hosts", "reason", "expires", "owner")
@@ -77,6 +80,7 @@ def _read_policy(reader: Reader, root: Node, text: str, base_dir: Path) -> Polic
     groups = part("groups", lambda r, n: _read_groups(r, n, mig_configs), ())
     rule_overrides, xid_overrides = part("severity_overrides", _read_overrides, ({}, {}))
     waivers = part("waivers", _read_waivers, ())
+    upgrade = part("upgrade", read_upgrade, UpgradeSettings())
     return Policy(
         version=POLICY_FILE_VERSION,
         defaults=defaults,
@@ -85,6 +89,7 @@ def _read_policy(reader: Reader, root: Node, text: str, base_dir: Path) -> Polic
         rule_overrides=rule_overrides,
         xid_overrides=xid_overrides,
         waivers=waivers,
+        upgrade=upgrade,
         source=reader.source,
         text=text,
         mig_parted_text=mig_text,

@@ -22,6 +22,7 @@ from typing import Any, Literal, NamedTuple
 from gpuaudit.model.snapshot import HostSnapshot
 from gpuaudit.rules.base import Finding, Severity
 from gpuaudit.rules.policy_defaults import DEFAULT_POLICY, host_overrides, merge_policy
+from gpuaudit.upgrade.settings import UpgradeSettings
 
 __all__ = [
     "MIG_PARTED_COPY",
@@ -114,6 +115,8 @@ class Policy:
     rule_overrides: Mapping[str, SeverityOverride] = field(default_factory=dict)
     xid_overrides: Mapping[int, SeverityOverride] = field(default_factory=dict)
     waivers: tuple[Waiver, ...] = ()
+    # How a staged driver upgrade may proceed (the top-level upgrade: section).
+    upgrade: UpgradeSettings = field(default_factory=UpgradeSettings)
     source: str = field(default="<string>", compare=False)
     # What copy_to() needs to write a self-contained copy of the file into a run directory.
     text: str = field(default="", repr=False, compare=False)

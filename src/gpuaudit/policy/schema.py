@@ -5,21 +5,42 @@ read at load time, so a rule that adds a key makes it settable without touching 
 Keys with a numeric default are *thresholds* and live under ``thresholds:``; the others are set
 directly. Keys listed in ``_TYPES`` get a precise check; any other key is checked against the
 type of its default value.
+
+The top-level ``upgrade:`` section (:func:`read_upgrade`) has a fixed set of keys instead: the
+fields of :class:`gpuaudit.upgrade.settings.UpgradeSettings`, checked by the same functions the
+dataclasses use, so a mistake is reported with its position here and as a ValueError in code.
 """
 
 from __future__ import annotations
 
 import re
 from collections.abc import Callable, Collection, Mapping
-from typing import Any
+from typing import Any, TypeVar
 
 from yaml.nodes import Node, ScalarNode
 
-from gpuaudit.policy.nodes import Invalid, Reader
+from gpuaudit.policy.nodes import Invalid, Reader, describe
 from gpuaudit.rules.base import REGISTRY
 from gpuaudit.rules.policy_defaults import DEFAULT_POLICY
+from gpuaudit.upgrade.settings import (
+    DRAIN_KINDS,
+    REBOOT_MODES,
+    DrainSettings,
+    GateSettings,
+    UpgradeSettings,
+    drain_problems,
+    gate_problems,
+    max_unavailable_problem,
+    stages_problem,
+)
 
-__all__ = ["check_rule_code", "read_settings", "setting_names", "threshold_names"]
+__all__ = [
+    "check_rule_code",
+    "read_settings",
+    "read_upgrade",
+    "setting_names",
+    "threshold_names",
+]
 
 Check = Callable[[Reader, Node, str], Any]
 
@@ -240,3 +261,160 @@ def _read_thresholds(
         except Invalid:
             continue
     return values
+
+
+# --- the upgrade: section (gpuaudit.upgrade.settings) -------------------------------------------
+
+_UPGRADE_KEYS = (
+    "max_parallel",
+    "max_unavailable",
+    "failure_budget",
+    "canary_failure_budget",
+    "soak_seconds",
+    "drain",
+    "gate",
+    "reboot",
+    "stages",
+)
+_UPGRADE_HINTS = {
+    "maxParallelUpgrades": "gpuaudit's spelling is max_parallel:",
+    "maxUnavailable": "gpuaudit's spelling is max_unavailable:",
+    "canary": "stages come from the inventory: list the group names in stages:",
+    "waves": "stages come from the inventory: list the group names in stages:",
+}
+_DRAIN_KEYS = ("kind", "command", "undrain_command", "timeout_seconds", "kubectl_context")
+_GATE_KEYS = ("dcgm_diag_level", "command", "timeout_seconds", "wait_for_host_seconds")
+
+
+def read_upgrade(reader: Reader, node: Node) -> UpgradeSettings:
+    """The ``upgrade:`` section; every problem is recorded with its position before raising."""
+    what = "upgrade"
+    entries = reader.mapping(node, what)
+    reader.check_keys(node, entries, what, _UPGRADE_KEYS, hints=_UPGRADE_HINTS)
+    reads: dict[str, Check] = {
+        "max_parallel": lambda r, n, w: r.integer(n, w, minimum=1),
+        "max_unavailable": _max_unavailable,
+        "failure_budget": Reader.integer,
+        "canary_failure_budget": Reader.integer,
+        "soak_seconds": Reader.integer,
+        "drain": _drain,
+        "gate": _gate,
+        "reboot": lambda r, n, w: r.choice(n, w, REBOOT_MODES),
+        "stages": _stages,
+    }
+    values = _read_fields(reader, entries, what, reads)
+    if len(values) < len([k for k in entries if k in reads]):
+        raise Invalid(what)
+    return _build(reader, node, UpgradeSettings, values)
+
+
+def _read_fields(
+    reader: Reader, entries: dict[str, tuple[Node, Node]], what: str, reads: dict[str, Check]
+) -> dict[str, Any]:
+    """Every known field read and checked, so one pass reports all of a section's mistakes."""
+    values: dict[str, Any] = {}
+    for key, read in reads.items():
+        if key in entries:
+            try:
+                values[key] = read(reader, entries[key][1], f"{what}.{key}")
+            except Invalid:
+                continue
+    return values
+
+
+def _max_unavailable(reader: Reader, node: Node, what: str) -> int | str:
+    value = reader.scalar(node, what)
+    problem = max_unavailable_problem(value)
+    if problem is None:
+        return value
+    if isinstance(value, bool) or not isinstance(value, (int, str)):
+        problem += f", not {describe(node)}"  # the message quotes counts and strings itself
+    raise reader.fail(node, f"{what} {problem}")
+
+
+def _stages(reader: Reader, node: Node, what: str) -> tuple[str, ...]:
+    items = reader.sequence(node, what)
+    if not items:
+        raise reader.fail(node, f"{what} must name at least one stage")
+    stages: list[str] = []
+    for i, item in enumerate(items):
+        name = reader.string(item, f"{what}[{i}]").strip()
+        problem = stages_problem([*stages, name])
+        if problem:
+            raise reader.fail(item, f"{what}[{i}]: {problem}")
+        stages.append(name)
+    return tuple(stages)
+
+
+def _optional_string(reader: Reader, node: Node, what: str) -> str | None:
+    return None if _is_null(node) else reader.string(node, what).strip()
+
+
+def _drain(reader: Reader, node: Node, what: str) -> DrainSettings:
+    entries = reader.mapping(node, what)
+    reader.check_keys(node, entries, what, _DRAIN_KEYS)
+    reads: dict[str, Check] = {
+        "kind": lambda r, n, w: r.choice(n, w, DRAIN_KINDS),
+        "command": _optional_string,
+        "undrain_command": _optional_string,
+        "timeout_seconds": lambda r, n, w: r.integer(n, w, minimum=1),
+        "kubectl_context": _optional_string,
+    }
+    values = _read_fields(reader, entries, what, reads)
+    if len(values) < len([k for k in entries if k in reads]):
+        raise Invalid(what)
+    problems = drain_problems(
+        values.get("kind", "none"),
+        values.get("command"),
+        values.get("undrain_command"),
+        values.get("kubectl_context"),
+    )
+    for name, why in problems:
+        # A missing key is pointed at by the kind that needs it; a needless one by itself.
+        if name in entries:
+            at = entries[name][0]
+        else:
+            at = entries["kind"][0] if "kind" in entries else node
+        reader.note(at, f"{what}.{name} {why}")
+    if problems:
+        raise Invalid(what)
+    return _build(reader, node, DrainSettings, values)
+
+
+def _gate(reader: Reader, node: Node, what: str) -> GateSettings:
+    entries = reader.mapping(node, what)
+    reader.check_keys(node, entries, what, _GATE_KEYS)
+    reads: dict[str, Check] = {
+        "dcgm_diag_level": _diag_level,
+        "command": _optional_string,
+        "timeout_seconds": lambda r, n, w: r.integer(n, w, minimum=1),
+        "wait_for_host_seconds": lambda r, n, w: r.integer(n, w, minimum=1),
+    }
+    values = _read_fields(reader, entries, what, reads)
+    if len(values) < len([k for k in entries if k in reads]):
+        raise Invalid(what)
+    return _build(reader, node, GateSettings, values)
+
+
+_Built = TypeVar("_Built")
+
+
+def _build(
+    reader: Reader, node: Node, kind: Callable[..., _Built], values: dict[str, Any]
+) -> _Built:
+    # The reads above check what the dataclasses check; this keeps a missed case a located
+    # problem instead of a crash.
+    try:
+        return kind(**values)
+    except ValueError as error:
+        raise reader.fail(node, str(error)) from None
+
+
+def _diag_level(reader: Reader, node: Node, what: str) -> int | None:
+    if _is_null(node):
+        return None  # no dcgmi diag in the gate
+    level = reader.integer(node, what)
+    problems = gate_problems(level, None)
+    if problems:
+        raise reader.fail(node, f"{what} {problems[0][1]}")
+    return level

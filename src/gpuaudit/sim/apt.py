@@ -6,7 +6,15 @@ every installed version is offered too). What the real tools refuse, these refus
 - a version the repository lacks: ``E: Version '…' for '…' was not found`` (exit 100);
 - changing a held package without ``--allow-change-held-packages``: ``E: Held packages were
   changed and -y was used without --allow-change-held-packages.`` (exit 100);
+- a downgrade under ``-y`` without ``--allow-downgrades``: ``E: Packages were downgraded and -y
+  was used without --allow-downgrades.`` (exit 100);
 - ``upgrade`` keeps held packages back and says so.
+
+Installing an NVIDIA package of another driver branch (``nvidia-driver-550`` over
+``nvidia-driver-535``, ``libnvidia-compute-550-server`` over ``…-535-server``) removes the
+installed one of the same name in the other branch, as their Conflicts/Replaces make apt do.
+The rehearsal fault ``install_fails`` (rehearsal.py) makes an install of a newer driver fail in
+dpkg's configure step, exit 100, and change no package.
 
 The candidate version follows the host's ``/etc/apt/preferences.d`` files (apt_preferences(5)):
 a ``Pin: version …`` stanza with a priority of 1000 or more makes the pinned version the
@@ -22,6 +30,7 @@ import re
 import sys
 from pathlib import Path
 
+from gpuaudit.sim.rehearsal import dpkg_failure, failing_install
 from gpuaudit.sim.rootfs import host_root
 from gpuaudit.sim.state import edit_state, load_state, record_event
 
@@ -40,6 +49,11 @@ _QUIET = {"-y", "--yes", "--assume-yes", "-q", "-qq", "--quiet", "--force-yes", 
           "--allow-downgrades", "--allow-remove-essential", "--reinstall"}  # fmt: skip
 # Installing one of these at a new version changes the host's installed driver.
 _DRIVER_PACKAGE = re.compile(r"^nvidia-(driver|dkms|kernel-source|kernel-open)-\d+")
+# An NVIDIA package of one driver branch: its name without the branch conflicts across branches.
+_BRANCHED = re.compile(
+    r"^(?P<base>(?:lib)?nvidia-[a-z0-9-]*?)-(?P<branch>\d{3})(?P<flavor>-[a-z]+)?$"
+)
+_YES = {"-y", "--yes", "--assume-yes"}
 
 
 class AptError(Exception):
@@ -112,7 +126,15 @@ def _change(state_path: Path, verb: str, names: list[str], flags: set[str]) -> i
         _report(load_state(state_path), state_path, verb, names, flags)
         return 0
     with edit_state(state_path) as state:
-        _apply(state, _report(state, state_path, verb, names, flags))
+        plan = _report(state, state_path, verb, names, flags)
+        failing = failing_install(state, plan) if verb == "install" else None
+        if failing is not None:
+            version = plan[failing][1] if failing in plan else ""
+            print(f"Setting up {failing} ({version}) ...")
+            print(dpkg_failure(failing), file=sys.stderr)
+            record_event(state, f"apt-get install failed: {failing} (install_fails)")
+            return 100
+        _apply(state, plan)
     return 0
 
 
@@ -123,12 +145,23 @@ def _report(
     pins = read_pins(host_root(state_path))
     plan = _plan(state, verb, names, pins)
     held = set(state.get("holds", []))
-    changed_held = sorted(n for n, (_, new) in plan.items() if n in held and new != "remove")
+    # An install also changes the held packages it removes (another branch of the driver).
+    changed_held = sorted(
+        n for n, (_, new) in plan.items() if n in held and (new != "remove" or verb == "install")
+    )
     if verb == "install" and changed_held and "--allow-change-held-packages" not in flags:
         print("The following held packages will be changed:\n  " + " ".join(changed_held))
         raise AptError(
             "E: Held packages were changed and -y was used without --allow-change-held-packages."
         )
+    downgraded = sorted(
+        n
+        for n, (old, new) in plan.items()
+        if old and new != "remove" and _Version(new) < _Version(old)
+    )
+    if downgraded and flags & _YES and "--allow-downgrades" not in flags:
+        print("The following packages will be DOWNGRADED:\n  " + " ".join(downgraded))
+        raise AptError("E: Packages were downgraded and -y was used without --allow-downgrades.")
     kept = sorted(n for n in plan if n in held and verb != "install")
     for name in kept:
         plan.pop(name)
@@ -167,7 +200,26 @@ def _plan(
         if verb != "install" and _Version(new) < _Version(installed[name]):
             continue  # upgrade never downgrades
         plan[name] = (installed.get(name), new)
+        for other in _other_branches(name, installed):
+            plan.setdefault(other, (installed[other], "remove"))
     return plan
+
+
+def _other_branches(name: str, installed: dict[str, str]) -> list[str]:
+    """Installed packages the same as ``name`` but of another driver branch."""
+    match = _BRANCHED.match(name)
+    if match is None:
+        return []
+    others = []
+    for other in sorted(installed):
+        found = _BRANCHED.match(other)
+        if (
+            found is not None
+            and found.group("base", "flavor") == match.group("base", "flavor")
+            and found.group("branch") != match.group("branch")
+        ):
+            others.append(other)
+    return others
 
 
 def _summary(plan: dict[str, tuple[str | None, str]], kept: int) -> None:

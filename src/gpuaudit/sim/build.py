@@ -350,13 +350,18 @@ def _build_packages(profile: dict[str, Any], state: State) -> tuple[list[Any], l
 
 
 def _build_repository(profile: dict[str, Any], state: State) -> dict[str, list[str]]:
-    """What the host's apt sources offer beyond the installed versions: ``repository`` lists
-    driver versions, each offered for every NVIDIA driver package of its branch."""
+    """What the host's apt sources offer: the NVIDIA packages the host was built with, at their
+    versions (they stay offered once removed, so a rollback can return to them), and the
+    ``repository`` list of driver versions, each offered for every NVIDIA driver package of its
+    branch."""
     versions = profile.get("repository", [])
     if not isinstance(versions, list) or not all(isinstance(v, str) for v in versions):
         raise ProfileError(f"{state['name']}: repository must be a list of driver versions")
     offered: dict[str, list[str]] = {}
-    installed = [p["name"] for p in state["packages"] if p["name"].startswith(("nvidia-", "libnv"))]
+    nvidia = [p for p in state["packages"] if p["name"].startswith(("nvidia-", "libnv"))]
+    for package in nvidia:
+        offered.setdefault(package["name"], []).append(package["version"])
+    installed = [p["name"] for p in nvidia]
     for version in versions:
         branch = version.split(".")[0]
         for name in installed:

@@ -12,7 +12,16 @@ refused with the reason. Host data:
 
 - ``sim_profile``: the profile to build the host from (default: the host's name);
 - ``sim_reset``: rebuild the host from its profile when connecting (default False, so a host
-  keeps what earlier runs changed: MIG mode, persistence, held packages, files).
+  keeps what earlier runs changed: MIG mode, persistence, held packages, files);
+- ``sim_upgrade_faults``: upgrade faults for a staged-upgrade rehearsal, ``{name: {params}}``
+  (``state.UPGRADE_FAULTS``), copied into the host's state on connect;
+- ``sim_reboot_seconds``: how long a reboot keeps the host down (default 3).
+
+A host inside the reboot time after a reboot (see :mod:`gpuaudit.sim.rehearsal`) is down, as an
+SSH host is while it boots: ``connect()`` raises ``ConnectError`` and a command on a connection
+made before the reboot fails with "Connection refused", so a reconnect loop (pyinfra's
+``host.connect()`` retried, as ``upgrade.reboot_and_wait`` and ``server.reboot`` do) waits for it
+as for a real host.
 
 Hosts live under ``$GPUAUDIT_SIM_DIR`` (default ``./.gpuaudit-sim``). A host whose state
 carries the ``unreachable`` fault refuses the connection with pyinfra's ``ConnectError``, so
@@ -57,6 +66,7 @@ from typing_extensions import TypedDict
 from gpuaudit.collect import collector_script
 from gpuaudit.sim.host import INSIDE_ENV, SimHost, default_sim_dir, materialize, resolve_profile
 from gpuaudit.sim.isolation import ensure_base, enter_command, isolation_problem
+from gpuaudit.sim.rehearsal import FaultError, down_reason, on_connect
 from gpuaudit.sim.state import has_fault
 
 if TYPE_CHECKING:
@@ -75,6 +85,8 @@ _PRIVILEGE_ARGUMENTS = (
 class SimConnectorData(TypedDict, total=False):
     sim_profile: str | dict[str, Any]
     sim_reset: bool
+    sim_upgrade_faults: dict[str, Any]
+    sim_reboot_seconds: float
 
 
 class SimConnector(LocalConnector):
@@ -85,6 +97,8 @@ class SimConnector(LocalConnector):
     data_meta = {  # noqa: RUF012 (pyinfra declares it on BaseConnector as a plain attribute)
         "sim_profile": DataMeta("simulator profile of the host (default: its name)"),
         "sim_reset": DataMeta("rebuild the host state from its profile on connect", False),
+        "sim_upgrade_faults": DataMeta("upgrade faults to inject (state.UPGRADE_FAULTS)", None),
+        "sim_reboot_seconds": DataMeta("seconds a reboot keeps the host down (default 3)", None),
     }
 
     sim_host: SimHost | None = None
@@ -115,6 +129,16 @@ class SimConnector(LocalConnector):
         if has_fault(state, "auth_refused"):
             # pyinfra's SSH connector words it "Authentication error (<user, key>) (<paramiko>)".
             raise ConnectError("Authentication error (simulated host) (Authentication failed.)")
+        try:
+            down = on_connect(
+                self.sim_host.state_file,
+                self.data.get("sim_upgrade_faults"),
+                self.data.get("sim_reboot_seconds"),
+            )
+        except (FaultError, TypeError, ValueError) as exc:
+            raise ConnectError(f"Could not build simulated host: {exc}") from exc
+        if down:
+            raise ConnectError(f"Could not connect (Connection refused): simulated host {down}")
 
     def run_shell_command(
         self,
@@ -124,6 +148,9 @@ class SimConnector(LocalConnector):
         **arguments: Any,
     ) -> tuple[bool, CommandOutput]:
         host = self._require_host()
+        down = down_reason(host.state())
+        if down:  # the host rebooted after this connection was made
+            return False, _refusal(f"Connection refused (simulated host {down})")
         for key in _PRIVILEGE_ARGUMENTS:
             arguments.pop(key, None)
         if self.read_only_reason is None:

@@ -27,6 +27,8 @@ _NODE_GLOBS = ("nvidia*", "kfd", "dri/*")
 STATE_FILE = "var/lib/gpuaudit-sim/state.json"
 # The real tools behind the pass-through shims (stat, uname, hostname), inside the root.
 REAL_TOOLS_DIR = "var/lib/gpuaudit-sim/real"
+# Changes at every boot; what a caller reads to tell that a host it reaches again rebooted.
+BOOT_ID = "proc/sys/kernel/random/boot_id"
 # The skeleton every isolated root is built on carries this file at its top.
 _ISOLATED_MARKER = "/.gpuaudit-base"
 
@@ -90,9 +92,20 @@ def sync_root(state: State, root: Path) -> None:
     from gpuaudit.sim.modules import PROC_MODULES, proc_modules
 
     _write(root / PROC_MODULES, proc_modules(state))
+    _write(root / BOOT_ID, boot_id(state) + "\n")
     for key, value in state.get("sysctls", {}).items():
         _write(sysctl_path(root, key), f"{value}\n")
     _sync_device_nodes(state, root / "dev")
+
+
+def boot_id(state: State) -> str:
+    """The current boot's id: a new one at every reboot (rehearsal.after_reboot); a host not
+    rebooted since it was built has one derived from its name."""
+    if state.get("boot_id"):
+        return str(state["boot_id"])
+    import uuid
+
+    return str(uuid.uuid5(uuid.NAMESPACE_URL, f"gpuaudit-sim:{state['name']}"))
 
 
 def sysctl_path(root: Path, key: str) -> Path:

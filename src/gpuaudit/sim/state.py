@@ -23,6 +23,13 @@ Shape (``build.build_state`` writes it from a profile; unknown profile keys are 
 - ``sysctls``: key → value, ``device_nodes``: node name → {mode, owner, group}
 - ``faults``: name → parameters (see ``FAULTS``)
 - ``events``: the state-changing commands the host has seen, newest last (bounded)
+- rehearsals (see ``rehearsal.py``): ``upgrade_faults`` name → parameters (see
+  ``UPGRADE_FAULTS``; from the inventory's ``sim_upgrade_faults``) and ``upgrade_faults_fired``
+  (the one-shot ones already spent), ``reboot_seconds`` (how long a reboot keeps the host
+  down; the inventory's ``sim_reboot_seconds``), ``down_until`` (wall-clock time the host
+  answers again after its last reboot), ``stays_down`` (it never came back), ``boot_id`` and
+  ``boot_time`` (of the current boot); ``nvidia.driver.last_loaded``: the version loaded before
+  the modules were unloaded
 
 Imports stay light (json, os, fcntl; typing only for the type checker): each tool call is a
 fresh Python process and the collector makes some thirty of them per host.
@@ -71,7 +78,23 @@ FAULTS: dict[str, str] = {
     "dmesg_restricted": "kernel.dmesg_restrict=1: dmesg is refused, journalctl -k still works",
     "nvidia_drm_loaded": "the nvidia_drm kernel module is loaded: it holds every GPU, so a GPU "
     'reset fails with "In use by another client" and an Ampere MIG mode change (which needs '
-    "a reset) stays pending; /proc/modules lists the module",
+    "a reset) stays pending; /proc/modules lists the module, and the display stack holds it, so "
+    "modprobe -r refuses to unload it (only a reboot replaces the driver)",
+}
+# Faults a staged-upgrade rehearsal injects through the inventory (host data
+# ``sim_upgrade_faults: {name: {params}}``, see rehearsal.py); each waits for the upgrade step
+# that sets it off. "Newer" compares driver versions number by number.
+UPGRADE_FAULTS: dict[str, str] = {
+    "install_fails": "apt-get install that moves a driver package to a newer driver (or to param "
+    "version) exits 100 with dpkg's post-installation error for the package (param package, "
+    "default nvidia-dkms-<branch>) and changes no package",
+    "xid_after_upgrade": "when a newer driver (or param version) is loaded, by modprobe or a "
+    "reboot, the kernel log gets a real XID line for GPU param gpu (default 0): param xid 119 "
+    "(the default: GSP RPC timeout) or 79 (fallen off the bus, which also loses the GPU)",
+    "gpu_missing_after_reboot": "the next reboot loses GPU param gpu (default 0): the driver "
+    "does not list it (a reboot after that brings it back)",
+    "never_comes_back": "the next reboot leaves the host down: the connector refuses it until "
+    "the fault is removed from the inventory or the host is reset",
 }
 # The tools the ``hang`` fault can stop.
 HANGING_TOOLS = ("nvidia-smi", "lspci")

@@ -1,7 +1,12 @@
-"""Simulated system tools: dmesg, journalctl, systemctl, hostname, uname, stat, sysctl, reboot.
+"""Simulated system tools: dmesg, journalctl, systemctl, hostname, uname, stat, sysctl, reboot,
+shutdown -r, systemd-run (of a reboot).
 
 Each ``run_<tool>(argv, state_path) -> int`` answers what the collector and pyinfra's own facts
 and operations ask; other uses exit non-zero with a message naming the simulator.
+
+A reboot (``reboot``, ``shutdown -r``, ``systemctl reboot``, or ``systemd-run`` of one of these,
+which a real host runs from a timer after the command returns) applies at once, and the host
+then stays down for its reboot time (see rehearsal.py).
 """
 
 from __future__ import annotations
@@ -102,6 +107,8 @@ def run_systemctl(argv: list[str], state_path: Path) -> int:
         return _show(units, load_state(state_path))
     if verb == "daemon-reload":
         return 0
+    if verb == "reboot":
+        return run_reboot(units, state_path)
     if verb in ("start", "stop", "restart", "reload", "enable", "disable"):
         with edit_state(state_path) as state:
             return _change_units(verb, units, state, "--now" in argv)
@@ -255,10 +262,14 @@ def run_uname(argv: list[str], state_path: Path) -> int:
 
 
 def run_reboot(argv: list[str], state_path: Path) -> int:
+    from gpuaudit.sim.rehearsal import after_reboot
     from gpuaudit.sim.rootfs import host_root, sync_root
 
     with edit_state(state_path) as state:
+        driver = (state.get("nvidia") or {}).get("driver") or {}
+        previous = driver.get("loaded") or driver.get("last_loaded")
         reboot(state)
+        after_reboot(state, previous)
         sync_root(state, host_root(state_path))
     return 0
 
@@ -267,3 +278,49 @@ def run_shutdown(argv: list[str], state_path: Path) -> int:
     if "-r" not in argv and "--reboot" not in argv:
         return _refuse("shutdown", "powering a simulated host off")
     return run_reboot(argv, state_path)
+
+
+# systemd-run options that take a value (as a separate argument or after "=").
+_SYSTEMD_RUN_VALUED = {
+    "--on-active", "--on-boot", "--on-startup", "--on-unit-active", "--on-unit-inactive",
+    "--on-calendar", "--timer-property", "-p", "--property", "-u", "--unit", "--description",
+    "--slice", "-E", "--setenv", "--uid", "--gid", "--working-directory", "--nice",
+}  # fmt: skip
+_SYSTEMD_RUN_FLAGS = {"-q", "--quiet", "--no-block", "-G", "--collect", "-r",
+                      "--remain-after-exit", "--no-ask-password"}  # fmt: skip
+
+
+def run_systemd_run(argv: list[str], state_path: Path) -> int:
+    """``systemd-run [--on-active=…] … systemctl reboot`` (or ``reboot``, ``shutdown -r``): the
+    way to reboot a host from a timer that outlives the login session. Other commands are not
+    simulated."""
+    args = list(argv)
+    timer = quiet = False
+    while args and args[0].startswith("-"):
+        arg = args.pop(0)
+        name = arg.split("=", 1)[0]
+        if name in _SYSTEMD_RUN_VALUED:
+            if "=" not in arg:
+                if not args:
+                    print(f"systemd-run: option '{arg}' requires an argument", file=sys.stderr)
+                    return 1
+                args.pop(0)
+            timer = timer or name.startswith("--on-")
+        elif arg in _SYSTEMD_RUN_FLAGS:
+            quiet = quiet or arg in ("-q", "--quiet")
+        else:
+            return _refuse("systemd-run", f"option {arg}")
+    command = [os.path.basename(args[0]), *args[1:]] if args else []
+    rebooting = command in (["systemctl", "reboot"], ["reboot"]) or (
+        command[:1] == ["shutdown"] and ("-r" in command or "--reboot" in command)
+    )
+    if not rebooting:
+        return _refuse("systemd-run", f"running {' '.join(args) or 'nothing'}")
+    if not quiet:
+        unit = f"run-r{os.getpid():x}"
+        if timer:
+            print(f"Running timer as unit: {unit}.timer", file=sys.stderr)
+            print(f"Will run service as unit: {unit}.service", file=sys.stderr)
+        else:
+            print(f"Running as unit: {unit}.service", file=sys.stderr)
+    return run_reboot([], state_path)

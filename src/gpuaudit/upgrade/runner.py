@@ -1,0 +1,575 @@
+"""``gpuaudit upgrade``: a staged driver rollout over a pyinfra inventory.
+
+    gpuaudit upgrade inventory/prod.py --to 550.127.05 [--policy FILE] [--dry]
+    gpuaudit upgrade inventory/prod.py --to 550.127.05 --resume reports/upgrades/<rollout-id>
+
+What it does, in order:
+
+1. Audits every host (the audit's own one-command collector) into ``<rollout>/audit-before``
+   and plans the rollout from those snapshots (:func:`gpuaudit.upgrade.plan.plan_rollout`):
+   stages, which hosts are upgraded and which are skipped and why, the hosts already out of
+   service. ``--dry`` prints that plan with each host's steps and stops there.
+2. Takes the rollout's lease (a second controller is refused) and writes every step to the
+   journal (``journal.jsonl``) before and after it runs, and ``rollout.json`` / ``index.html``
+   after each, so ``--resume`` carries on after the controller died without repeating a
+   finished step.
+3. Per stage, canary first, per host (at most ``max_parallel`` at once, and never more hosts
+   unavailable than ``max_unavailable`` allows, counting those already out of service): drain
+   through the site's hook, then the steps of ``deploys/driver_upgrade.py`` (stop services,
+   unpin, install, pin, reload — or reboot where the reload is refused or the policy says so —,
+   start services), then the health gate: a fresh audit of the host against the one before
+   (:func:`gpuaudit.upgrade.gates.health_gate`), then undrain.
+4. A failed gate rolls the host back to the version it had (and pins it there), re-checks it,
+   and halts the rollout once the stage's failure budget is spent: no further host is started.
+   An inconclusive gate pauses the rollout for a person (``--resume`` re-runs the gate).
+
+Exit status: 0 completed (or a dry run), 1 halted, 4 paused, 3 another controller holds the
+lease, 2 bad arguments.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from datetime import date, datetime, timezone
+from functools import partial
+from pathlib import Path
+
+from gpuaudit.model.snapshot import HostSnapshot
+from gpuaudit.policy import Policy, load_policy
+from gpuaudit.report.run import RunDir
+from gpuaudit.upgrade.drain import drain_commands
+from gpuaudit.upgrade.gate_types import GateResult
+from gpuaudit.upgrade.gates import health_gate
+from gpuaudit.upgrade.journal import (
+    HostOutcome,
+    Journal,
+    RolloutMeta,
+    RolloutStatus,
+    load_state,
+    write_rollout_json,
+)
+from gpuaudit.upgrade.lease import Lease, LeaseHeld, acquire
+from gpuaudit.upgrade.plan import HostPlan, InventoryHost, RolloutPlan, plan_rollout
+from gpuaudit.upgrade.report import write_rollout_report
+from gpuaudit.upgrade.settings import UpgradeSettings
+
+EXIT_HALTED, EXIT_LEASE, EXIT_PAUSED = 1, 3, 4
+# The steps of deploys/driver_upgrade.py a host goes through, between drain and gate.
+DEPLOY_STEPS = ("stop_services", "unpin", "install", "pin", "reload", "start_services")
+LEASE_TTL_S = 600
+# A step's work: (True done | False failed | None skipped, detail).
+StepAction = Callable[[], "tuple[bool | None, str]"]
+
+
+@dataclass(frozen=True)
+class Options:
+    inventory: str
+    target: str
+    policy: str | None = None
+    dry: bool = False
+    resume: Path | None = None
+    limit: tuple[str, ...] = ()
+    reports_dir: Path = Path("reports")
+    rollout_id: str | None = None
+    deploy: Path = field(default_factory=lambda: default_deploy())
+
+
+def default_deploy() -> Path:
+    """deploys/driver_upgrade.py of this checkout, else of the current directory."""
+    here = Path(__file__).resolve().parents[3] / "deploys" / "driver_upgrade.py"
+    return here if here.is_file() else Path("deploys/driver_upgrade.py")
+
+
+@dataclass
+class Progress:
+    """What the running controller counts while hosts run side by side."""
+
+    failed: dict[str, int] = field(default_factory=dict)  # per stage
+    running: set[str] = field(default_factory=set)
+    halt: str = ""
+    pause: str = ""
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+
+class Rollout:
+    def __init__(self, opts: Options, policy: Policy | None, directory: Path) -> None:
+        self.opts, self.policy, self.dir = opts, policy, directory
+        self.settings: UpgradeSettings = policy.upgrade if policy else UpgradeSettings()
+        self.journal: Journal | None = None
+        self.before: dict[str, HostSnapshot] = {}
+        self.plan: RolloutPlan | None = None
+        self.meta: RolloutMeta | None = None
+        self.progress = Progress()
+        self._journal_lock = threading.Lock()
+        self._audits = 0
+        # The audit each host's gate read: a rollback is re-checked against it, so that what
+        # the failed driver logged is not held against the version the host goes back to.
+        self._gated: dict[str, HostSnapshot] = {}
+
+    # --- planning -------------------------------------------------------------------------
+
+    def prepare(self) -> RolloutPlan:
+        before_dir = self.dir / "audit-before"
+        if not (before_dir / "hosts").is_dir():
+            self._audit(before_dir, self.opts.limit)
+        snapshots = RunDir(before_dir).load_snapshots()
+        self.before = {s.host: s for s in snapshots}
+        hosts = [
+            InventoryHost(
+                name=s.host,
+                groups=tuple(s.host_data.get("groups") or ()),
+                host_data=s.host_data,
+                snapshot=s,
+            )
+            for s in snapshots
+        ]
+        order = {name: i for i, name in enumerate(inventory_order(self.opts.inventory))}
+        hosts.sort(key=lambda h: order.get(h.name, len(order)))
+        self.plan = plan_rollout(
+            hosts, self.opts.target, self.settings, date.today(), policy=self.policy
+        )
+        stages = {stage.name: tuple(h.name for h in stage.hosts) for stage in self.plan.stages}
+        self.meta = RolloutMeta(self.dir.name, self.opts.target, stages)
+        return self.plan
+
+    def _audit(self, run_dir: Path, limit: Sequence[str]) -> None:
+        command = [
+            sys.executable,
+            "-m",
+            "gpuaudit.cli",
+            "audit",
+            self.opts.inventory,
+            "--reports-dir",
+            str(run_dir.parent),
+            "--run-id",
+            run_dir.name,
+        ]
+        if self.opts.policy:
+            command += ["--policy", self.opts.policy]
+        for pattern in limit:
+            command += ["--limit", pattern]
+        done = subprocess.run(command, capture_output=True, text=True, check=False)
+        if not (run_dir / "hosts").is_dir():
+            raise RuntimeError(f"the audit wrote no snapshots: {done.stderr.strip()[-500:]}")
+
+    def audit_host(self, name: str, why: str) -> HostSnapshot | None:
+        with self._journal_lock:
+            self._audits += 1
+            run_id = f"{self._audits:03d}-{_safe(name.rpartition('/')[2])}-{why}"
+        run_dir = self.dir / "audits" / run_id
+        try:
+            self._audit(run_dir, [name])
+        except RuntimeError:
+            return None
+        snapshots = [s for s in RunDir(run_dir).load_snapshots() if s.host == name]
+        return snapshots[0] if snapshots else None
+
+    # --- journal ----------------------------------------------------------------------------
+
+    def record(self, host: str | None, step: str, status: str, detail: str = "", **data) -> None:
+        assert self.journal is not None and self.meta is not None
+        with self._journal_lock:
+            self.journal.record(host, step, status, detail, **data)
+            state = load_state(self.dir)
+            write_rollout_json(self.dir, state, self.meta)
+            write_rollout_report(self.dir, state, self.meta)
+
+    # --- running ----------------------------------------------------------------------------
+
+    def run(self) -> int:
+        assert self.plan is not None
+        owner = f"{socket.gethostname()}:{os.getpid()}"
+        try:
+            lease = acquire(self.dir, owner, LEASE_TTL_S)
+        except LeaseHeld as held:
+            print(
+                f"gpuaudit upgrade: {self.dir} is held by {held.holder} until "
+                f"{held.expires_at}; not starting a second controller",
+                file=sys.stderr,
+            )
+            return EXIT_LEASE
+        try:
+            return self._run(lease)
+        finally:
+            lease.release()
+
+    def _run(self, lease: Lease) -> int:
+        assert self.plan is not None and self.meta is not None
+        self.journal = Journal.open(self.dir)
+        if lease.taken_over:
+            self.record(None, "rollout", "info", f"lease taken over: {lease.takeover_reason}")
+        self.record(
+            None,
+            "rollout",
+            "started",
+            f"driver {self.opts.target}",
+            target_version=self.opts.target,
+        )
+        state = load_state(self.dir)
+        for host in self.plan.hosts:
+            if state.host(host.name).events:
+                continue  # a resumed rollout: recorded the first time
+            if host.action == "skip":
+                self.record(
+                    host.name,
+                    "rollout",
+                    "skipped",
+                    host.reason,
+                    version_before=host.current_version,
+                )
+            else:
+                self.record(
+                    host.name,
+                    "rollout",
+                    "info",
+                    f"planned in stage {host.stage}",
+                    version_before=host.current_version,
+                    pin_before=_pin(host),
+                )
+        for stage in self.plan.stages:
+            todo = [h for h in stage.to_upgrade if not self._finished(h.name)]
+            if todo:
+                self._run_stage(stage.name, todo, lease)
+            if self.progress.halt or self.progress.pause:
+                break
+            if stage.name == self.settings.canary_stage and stage.to_upgrade:
+                self._soak()
+        if self.progress.pause:
+            self.record(None, "pause", "info", self.progress.pause)
+            return EXIT_PAUSED
+        if self.progress.halt:
+            self.record(None, "halt", "info", self.progress.halt)
+            return EXIT_HALTED
+        self.record(None, "rollout", "done", "every stage finished")
+        return 0
+
+    def _finished(self, name: str) -> bool:
+        outcome = load_state(self.dir).host(name).outcome
+        return outcome in (HostOutcome.UPGRADED, HostOutcome.ROLLED_BACK, HostOutcome.FAILED)
+
+    def _run_stage(self, stage: str, hosts: list[HostPlan], lease: Lease) -> None:
+        assert self.plan is not None
+        budget = self.plan.unavailable_budget - len(self.plan.already_unavailable)
+        width = max(1, min(self.settings.max_parallel, budget))
+        if budget < 1:
+            self.progress.halt = (
+                f"max_unavailable ({self.plan.unavailable_budget}) is used up by hosts already "
+                f"out of service: {', '.join(sorted(self.plan.already_unavailable))}"
+            )
+            return
+        with ThreadPoolExecutor(max_workers=width) as pool:
+            futures = []
+            for host in hosts:
+                futures.append(pool.submit(self._guarded_host, stage, host, lease))
+            for future in futures:
+                future.result()
+
+    def _guarded_host(self, stage: str, host: HostPlan, lease: Lease) -> None:
+        with self.progress.lock:
+            if self.progress.halt or self.progress.pause:
+                return  # no further host is touched
+            self.progress.running.add(host.name)
+        try:
+            lease.renew()
+            ok = self._upgrade_host(host)
+        finally:
+            with self.progress.lock:
+                self.progress.running.discard(host.name)
+        if ok:
+            return
+        with self.progress.lock:
+            failed = self.progress.failed[stage] = self.progress.failed.get(stage, 0) + 1
+            allowed = self.settings.failure_budget_for(stage)
+            if failed > allowed and not self.progress.halt:
+                self.progress.halt = (
+                    f"{failed} host(s) failed in stage {stage}, more than its failure budget "
+                    f"({allowed}); last: {host.name}"
+                )
+
+    def _soak(self) -> None:
+        if self.settings.soak_seconds <= 0 or self.progress.halt:
+            return
+        self.record(None, "soak", "started", f"{self.settings.soak_seconds} s after the canary")
+        time.sleep(self.settings.soak_seconds)
+        self.record(None, "soak", "done")
+
+    # --- one host ---------------------------------------------------------------------------
+
+    def _upgrade_host(self, host: HostPlan) -> bool:
+        """Run the host's remaining steps; False when it failed (rolled back or not)."""
+        name = host.name
+        state = load_state(self.dir).host(name)
+        if state.outcome is HostOutcome.UNTOUCHED:
+            self.record(name, "rollout", "started", f"{host.current_version} → {self.opts.target}")
+        if not self._step_once(name, "drain", lambda: self._drain(name, undrain=False)):
+            return False
+        for step in DEPLOY_STEPS:
+            action: StepAction = (
+                partial(self._reload, name)
+                if step == "reload"
+                else partial(self._deploy, name, step)
+            )
+            if not self._step_once(name, step, action):
+                return self._roll_back(name, f"{step} failed")
+        gate = self._gate(name, self.opts.target)
+        if gate is None:
+            return True  # paused: the gate runs again on --resume
+        if gate.outcome == "fail":
+            return self._roll_back(name, f"health gate failed: {gate.summary()}")
+        if not self._step_once(name, "undrain", lambda: self._drain(name, undrain=True)):
+            return False
+        self.record(
+            name,
+            "rollout",
+            "done",
+            f"upgraded to {self.opts.target}",
+            version_after=self.opts.target,
+        )
+        return True
+
+    def _step_once(self, name: str, step: str, run: StepAction) -> bool:
+        if load_state(self.dir).host(name).is_finished(step):
+            return True
+        self.record(name, step, "started")
+        ok, detail = run()
+        if ok is None:
+            self.record(name, step, "skipped", detail)
+            return True
+        self.record(name, step, "done" if ok else "failed", detail)
+        return bool(ok)
+
+    def _deploy(self, name: str, step: str, **data: str) -> tuple[bool, str]:
+        command = [
+            sys.executable,
+            "-m",
+            "pyinfra",
+            "-y",
+            "--limit",
+            name,
+            self.opts.inventory,
+            str(self.opts.deploy),
+            "--data",
+            f"gpuaudit_step={step}",
+            "--data",
+            f'gpuaudit_target="{self.opts.target}"',
+        ]
+        for key, value in data.items():
+            command += ["--data", f'{key}="{value}"']
+        env = dict(os.environ)
+        if self.opts.policy:
+            env["GPUAUDIT_POLICY"] = str(Path(self.opts.policy).resolve())
+        done = subprocess.run(command, capture_output=True, text=True, env=env, check=False)
+        return done.returncode == 0, _pyinfra_summary(done.stdout + done.stderr, name)
+
+    def _reload(self, name: str) -> tuple[bool, str]:
+        if self.settings.reboot == "always":
+            return self._deploy(name, "reboot")
+        ok, detail = self._deploy(name, "reload")
+        if ok or self.settings.reboot == "never":
+            return ok, detail
+        self.record(name, "reboot", "started", f"the reload was refused: {detail[-200:]}")
+        rebooted, why = self._deploy(name, "reboot")
+        self.record(name, "reboot", "done" if rebooted else "failed", why)
+        return rebooted, "reloaded by a reboot" if rebooted else why
+
+    def _drain(self, name: str, undrain: bool) -> tuple[bool | None, str]:
+        commands = drain_commands(self.settings.drain, name, self.opts.target, undrain)
+        if not commands:
+            return None, "no drain hook configured"
+        for command in commands:
+            done = subprocess.run(
+                command,
+                shell=True,
+                capture_output=True,
+                text=True,
+                timeout=self.settings.drain.timeout_seconds,
+                check=False,
+            )
+            if done.returncode != 0:
+                return False, f"{command}: {_tail(done.stdout + done.stderr)}"
+        return True, "; ".join(commands)
+
+    def _gate(self, name: str, version: str) -> GateResult | None:
+        """Run the gate; None when it was inconclusive (the rollout pauses)."""
+        self.record(name, "gate", "started")
+        after = self.audit_host(name, "gate")
+        if after is not None:
+            self._gated[name] = after
+        before = self.before[name]
+        expected = before.host_data.get("expected_gpu_count")
+        result = health_gate(
+            before, after, version, expected if isinstance(expected, int) else None
+        )
+        if result.outcome == "inconclusive":
+            self.record(name, "gate", "info", result.summary(), **result.to_dict())
+            with self.progress.lock:
+                self.progress.pause = f"{name}: health gate inconclusive: {result.summary()}"
+            return None
+        status = "done" if result.outcome == "pass" else "failed"
+        self.record(name, "gate", status, result.summary(), **result.to_dict())
+        return result
+
+    def _roll_back(self, name: str, cause: str) -> bool:
+        """Put the host back on the version it had, pinned, and re-check it against the audit
+        before the rollout; undrain it only when that check passes."""
+        version = load_state(self.dir).host(name).version_before
+        if not version:
+            return False
+        self.record(name, "rollback", "started", f"{cause}; back to {version}")
+        ok, detail = self._deploy(name, "rollback", gpuaudit_rollback_version=version)
+        if not ok:
+            self.record(name, "rollback", "failed", f"left drained: {detail}")
+            return False
+        recheck = self._recheck(name, version)
+        if recheck.outcome != "pass":
+            self.record(
+                name,
+                "rollback",
+                "failed",
+                f"left drained: back on {version} but {recheck.summary()}",
+            )
+            return False
+        self.record(
+            name,
+            "rollback",
+            "done",
+            f"back on {version}, pinned, re-checked",
+            version_after=version,
+        )
+        self._step_once(name, "undrain", lambda: self._drain(name, undrain=True))
+        return False
+
+    def _recheck(self, name: str, version: str) -> GateResult:
+        after = self.audit_host(name, "rollback")
+        before = self._gated.get(name, self.before[name])
+        expected = self.before[name].host_data.get("expected_gpu_count")
+        gpus = expected if isinstance(expected, int) else None
+        result = health_gate(before, after, version, gpus)
+        self.record(
+            name,
+            "gate",
+            "done" if result.outcome == "pass" else "failed",
+            f"after the rollback: {result.summary()}",
+            **result.to_dict(),
+        )
+        return result
+
+
+def _pin(host: HostPlan) -> str | None:
+    return None if host.pinned is None else ("pinned" if host.pinned else "unpinned")
+
+
+_INVENTORY_ORDER = """
+import json, sys
+from pyinfra.api import State
+from pyinfra.context import ctx_state
+from pyinfra_cli.inventory import make_inventory
+with ctx_state.use(State()):
+    inventory = make_inventory(sys.argv[1])
+json.dump([host.name for host in inventory], sys.stdout)
+"""
+
+
+def inventory_order(inventory: str) -> list[str]:
+    """The inventory's host names in its own order, read by pyinfra's loader in a child
+    process (loading pyinfra's CLI patches the interpreter for gevent)."""
+    import json
+
+    done = subprocess.run(
+        [sys.executable, "-c", _INVENTORY_ORDER, inventory],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if done.returncode != 0:
+        raise RuntimeError(f"cannot read the inventory {inventory}: {_tail(done.stderr)}")
+    return [str(name) for name in json.loads(done.stdout)]
+
+
+def _safe(name: str) -> str:
+    return "".join(c if c.isalnum() or c in "-_." else "_" for c in name)
+
+
+def _pyinfra_summary(output: str, name: str) -> str:
+    """What pyinfra said about the host's operations (its changes, no-ops and errors)."""
+    prefix = f"[{name}]"
+    said = [
+        line.strip()
+        for line in output.splitlines()
+        if prefix in line
+        and not line.rstrip().endswith(("Connected", ".py"))
+        and "Operation" not in line
+    ]
+    errors = [
+        line.strip()
+        for line in output.splitlines()
+        if ("Error:" in line or "error:" in line) and prefix not in line
+    ]
+    return _tail("\n".join(said + errors[-3:]))
+
+
+def _tail(text: str, limit: int = 800) -> str:
+    lines = [line for line in text.splitlines() if line.strip()]
+    return "\n".join(lines)[-limit:]
+
+
+def print_plan(plan: RolloutPlan, opts: Options) -> None:
+    settings = plan.settings
+    deploy = shlex.quote(str(opts.deploy))
+    print(
+        f"gpuaudit upgrade plan: driver {plan.target_version} "
+        f"({len(plan.to_upgrade)} to upgrade, {len(plan.skipped)} skipped)"
+    )
+    budget = plan.unavailable_budget
+    out = ", ".join(sorted(plan.already_unavailable)) or "none"
+    print(f"  max unavailable {budget}; already out of service: {out}")
+    for stage in plan.stages:
+        print(f"stage {stage.name}:")
+        for host in stage.hosts:
+            if host.action == "skip":
+                print(f"  {host.name}: skipped — {host.reason}")
+                continue
+            print(f"  {host.name}: {host.current_version} → {plan.target_version} ({host.reason})")
+            drain = drain_commands(settings.drain, host.name, plan.target_version, undrain=False)
+            print(f"      drain: {'; '.join(drain) or 'none (no drain hook configured)'}")
+            for step in DEPLOY_STEPS:
+                print(
+                    f"      {step}: pyinfra -y --limit {shlex.quote(host.name)} "
+                    f"{shlex.quote(opts.inventory)} {deploy} --data gpuaudit_step={step}"
+                )
+            print("      gate: fresh audit of the host against the one before; undrain")
+
+
+def upgrade(opts: Options) -> int:
+    policy = load_policy(opts.policy) if opts.policy else None
+    if opts.resume is not None:
+        directory = opts.resume
+        if not (directory / "audit-before").is_dir():
+            print(f"gpuaudit upgrade: {directory} is not a rollout", file=sys.stderr)
+            return 2
+    else:
+        stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+        directory = opts.reports_dir / "upgrades" / (opts.rollout_id or stamp)
+        directory.mkdir(parents=True, exist_ok=opts.rollout_id is not None)
+    rollout = Rollout(opts, policy, directory)
+    plan = rollout.prepare()
+    if opts.dry:
+        print_plan(plan, opts)
+        return 0
+    print(f"gpuaudit rollout: {directory}")
+    code = rollout.run()
+    state = load_state(directory)
+    print(
+        f"gpuaudit rollout: {state.status.value}" + (f" — {state.reason}" if state.reason else "")
+    )
+    print(f"gpuaudit rollout report: {directory / 'index.html'}")
+    return code if state.status is not RolloutStatus.COMPLETED else 0
