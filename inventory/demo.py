@@ -55,7 +55,7 @@ h100_80gb_hbm3 = (
 )
 
 v100_pcie_32gb = (
-    ["@sim/v100-01", "@sim/v100-02"],
+    [("@sim/v100-01", {"rollout_stage": "wave1"}), "@sim/v100-02"],
     {
         "gpu_model": "Tesla V100-PCIE-32GB",
         "gpu_vendor": "nvidia",
@@ -64,8 +64,16 @@ v100_pcie_32gb = (
     },
 )
 
+# Rollout stages of a rehearsed driver upgrade (gpuaudit upgrade inventory/demo.py --to
+# 535.161.08 --policy policies/demo.yaml): t4-01 is the canary, the other hosts the package
+# repositories offer 535.161.08 to follow in two waves; the rest are already on it or are
+# skipped by the plan with the reason.
 tesla_t4 = (
-    ["@sim/t4-01", "@sim/t4-02", "@sim/t4-03"],
+    [
+        ("@sim/t4-01", {"rollout_stage": "canary"}),
+        ("@sim/t4-02", {"rollout_stage": "wave1"}),
+        "@sim/t4-03",
+    ],
     {
         "gpu_model": "Tesla T4",
         "gpu_vendor": "nvidia",
@@ -75,7 +83,7 @@ tesla_t4 = (
 )
 
 a10g = (
-    ["@sim/a10g-01", "@sim/a10g-02"],
+    [("@sim/a10g-01", {"rollout_stage": "wave1"}), "@sim/a10g-02"],
     {
         "gpu_model": "NVIDIA A10G",
         "gpu_vendor": "nvidia",
@@ -85,17 +93,17 @@ a10g = (
 )
 
 tesla_p100 = (
-    ["@sim/p100-01"],
+    [("@sim/p100-01", {"rollout_stage": "wave2"})],
     {"gpu_model": "Tesla P100-PCIE-16GB", "gpu_vendor": "nvidia", "expected_gpu_count": 1},
 )
 
 rtx3090 = (
-    ["@sim/rtx3090-01"],
+    [("@sim/rtx3090-01", {"rollout_stage": "wave2"})],
     {"gpu_model": "NVIDIA GeForce RTX 3090", "gpu_vendor": "nvidia", "expected_gpu_count": 2},
 )
 
 rtx4000_ada = (
-    ["@sim/rtx4000ada-01"],
+    [("@sim/rtx4000ada-01", {"rollout_stage": "wave2"})],
     {
         "gpu_model": "NVIDIA RTX 4000 SFF Ada Generation",
         "gpu_vendor": "nvidia",

@@ -208,3 +208,41 @@ def test_a_killed_controller_is_resumed_without_repeating_a_host(tmp_path: Path)
     }
     assert finished and not finished & again
     assert "install" in again  # the step it was killed in is repeated
+
+
+WAVE_FAILURE_INVENTORY = f"""
+import runpy
+rehearsal = runpy.run_path({str(REPO / "inventory/rehearsal.py")!r})
+_host = rehearsal["_host"]
+fleet = [
+    _host("rw-canary-01", "canary"),
+    _host("rw-wave1-01", "wave1"),
+    _host("rw-wave2-01", "wave2", sim_upgrade_faults={{"install_fails": {{}}}}),
+    _host("rw-wave3-01", "wave3"),
+]
+"""
+
+
+def test_a_failure_in_wave_2_halts_before_wave_3_and_keeps_wave_1(tmp_path: Path) -> None:
+    inventory = tmp_path / "waves.py"
+    inventory.write_text(WAVE_FAILURE_INVENTORY)
+    stages = ["canary", "wave1", "wave2", "wave3"]
+    code, output = finish(
+        upgrade(tmp_path, inventory, policy(tmp_path, stages=stages), "--rollout-id", "waves")
+    )
+    assert code == 1, output
+    rollout = tmp_path / "reports/upgrades/waves"
+    outcomes = {name: h["outcome"] for name, h in hosts(rollout).items()}
+    assert outcomes == {
+        "rw-canary-01": "upgraded",
+        "rw-wave1-01": "upgraded",
+        "rw-wave2-01": "rolled_back",
+        "rw-wave3-01": "untouched",
+    }
+    assert installed(tmp_path, "rw-wave1-01") == TARGET  # wave 1 is kept
+    assert installed(tmp_path, "rw-wave2-01") == OLD
+    assert installed(tmp_path, "rw-wave3-01") == OLD
+    document = json.loads((rollout / "rollout.json").read_text())
+    assert document["status"] == "halted" and "stage wave2" in document["reason"]
+    failed = hosts(rollout)["rw-wave2-01"]
+    assert any(e["step"] == "install" and e["status"] == "failed" for e in failed["events"])

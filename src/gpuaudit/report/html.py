@@ -229,6 +229,7 @@ def build_context(
         "checklists": checklist_views(register, docs_pages),
         "hosts": hosts,
         "attention_hosts": [h for h in hosts if h["status"] != "ok"],
+        "rollouts": register.get("rollouts") or [],
         "page_data": page_data,
         "css": Markup(_asset("report.css")),
         "script": Markup(script),

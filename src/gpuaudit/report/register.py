@@ -15,6 +15,8 @@ Prometheus views and outside tools all read the same thing. Its shape::
     checklists      the readiness checklists scored per host and fleet, each with the docs
                     section that explains it in "reference" (checklists.py)
     trends          comparison with the previous run (trends.py), None without one
+    rollouts        driver rollouts beside the run that are running, halted or paused
+                    (rollouts.py; written by RunDir.write_report, absent from a bare register)
 
 Every count map lists all known keys (zeros included) so consumers never need ``.get``;
 ordering is fully deterministic so two registers of the same input compare equal byte for byte.

@@ -35,6 +35,7 @@ from gpuaudit.report.html import render_html
 from gpuaudit.report.outputs import render_outputs
 from gpuaudit.report.references import DOCS_DIR, docs_file, docs_pages
 from gpuaudit.report.register import build_register, utc_now_iso
+from gpuaudit.report.rollouts import open_rollouts
 from gpuaudit.report.trends import find_previous, load_previous
 from gpuaudit.rules.base import Finding
 
@@ -167,6 +168,7 @@ class RunDir:
             policy=policy,
             previous=load_previous(previous_path) if previous_path is not None else None,
         )
+        register["rollouts"] = open_rollouts(self.path.parent)
         atomic_write_text(
             self.register_path, json.dumps(register, indent=1, ensure_ascii=False) + "\n"
         )

@@ -77,6 +77,11 @@ def _a100(**extra: Any) -> dict[str, Any]:
     return profile
 
 
+# The driver release the demo's package repositories offer beside the installed one, so that a
+# staged upgrade can be rehearsed on the demo fleet (README: gpuaudit upgrade inventory/demo.py).
+DEMO_UPGRADE_TARGET = "535.161.08"
+
+
 def _single(model: str, group: str, xml: str, driver: str, cuda: str, **extra: Any) -> dict:
     profile: dict[str, Any] = {
         "gpu_model": model,
@@ -87,6 +92,8 @@ def _single(model: str, group: str, xml: str, driver: str, cuda: str, **extra: A
         "cuda": cuda,
         "topology": {"fixture": "utk-1x-h100-mig-vm-ansi-header.txt"},
     }
+    if driver != DEMO_UPGRADE_TARGET:
+        profile["repository"] = [DEMO_UPGRADE_TARGET]
     profile.update(extra)
     return profile
 
@@ -186,6 +193,7 @@ def _v100(**extra: Any) -> dict[str, Any]:
         "os": "ubuntu-20.04",
         "kernel": "5.4.0-182-generic",
         "topology": {"fixture": "mleng-2gpu-phb-no-nvlink.txt"},
+        "repository": [DEMO_UPGRADE_TARGET],
     }
     profile.update(extra)
     return profile
@@ -282,6 +290,7 @@ PROFILES: dict[str, dict[str, Any]] = {
         "dcgm": False,
         "topology": {"fixture": "mleng-2gpu-nv2-nvlink-bridge.txt"},
         "gpus": {1: {"pcie": {"width_current": 8, "gen_current": 4}, **_UNDER_LOAD}},
+        "repository": [DEMO_UPGRADE_TARGET],
     },
     "rtx4000ada-01": _single(
         "NVIDIA RTX 4000 SFF Ada Generation",

@@ -47,7 +47,7 @@ from gpuaudit.model.snapshot import HostSnapshot
 from gpuaudit.policy import Policy, load_policy
 from gpuaudit.report.run import RunDir
 from gpuaudit.upgrade.drain import drain_commands
-from gpuaudit.upgrade.gate_types import GateResult
+from gpuaudit.upgrade.gate_types import GateCheck, GateResult
 from gpuaudit.upgrade.gates import health_gate
 from gpuaudit.upgrade.journal import (
     HostOutcome,
@@ -66,6 +66,7 @@ EXIT_HALTED, EXIT_LEASE, EXIT_PAUSED = 1, 3, 4
 # The steps of deploys/driver_upgrade.py a host goes through, between drain and gate.
 DEPLOY_STEPS = ("stop_services", "unpin", "install", "pin", "reload", "start_services")
 LEASE_TTL_S = 600
+_NOT_INSTALLED = "gpuaudit-gate: not installed"
 # A step's work: (True done | False failed | None skipped, detail).
 StepAction = Callable[[], "tuple[bool | None, str]"]
 
@@ -417,6 +418,52 @@ class Rollout:
         status = "done" if result.outcome == "pass" else "failed"
         self.record(name, "gate", status, result.summary(), **result.to_dict())
         return result
+
+    def _gate_commands(self, name: str) -> tuple[GateCheck, ...]:
+        """DCGM's own diagnostic (``dcgmi diag -r <level>``) where the host has DCGM, and the
+        site's gate command, each run on the host; exit 0 passes."""
+        gate = self.settings.gate
+        checks = []
+        if gate.dcgm_diag_level is not None:
+            command = (
+                f"command -v dcgmi >/dev/null || exit 127; dcgmi diag -r {gate.dcgm_diag_level}"
+            )
+            checks.append(
+                self._host_check(name, "dcgm_diag", command, missing="dcgmi is not installed")
+            )
+        if gate.command:
+            checks.append(self._host_check(name, "site_command", gate.command))
+        return tuple(checks)
+
+    def _host_check(self, name: str, check: str, command: str, missing: str = "") -> GateCheck:
+        run = [
+            sys.executable,
+            "-m",
+            "pyinfra",
+            "-y",
+            "--limit",
+            name,
+            self.opts.inventory,
+            "exec",
+            "--",
+            "sh",
+            "-c",
+            shlex.quote(command),
+        ]
+        done = subprocess.run(
+            run,
+            capture_output=True,
+            text=True,
+            check=False,
+            timeout=self.settings.gate.timeout_seconds,
+        )
+        output = _pyinfra_summary(done.stdout + done.stderr, name)
+        evidence = {"command": command, "output": output[-400:]}
+        if done.returncode == 0:
+            return GateCheck(check, "pass", f"{command}: exit 0", evidence)
+        if (missing and "exit 127" in done.stdout + done.stderr) or (missing and "127" in output):
+            return GateCheck(check, "not_checked", missing, evidence)
+        return GateCheck(check, "fail", f"{command} failed on the host", evidence)
 
     def _roll_back(self, name: str, cause: str) -> bool:
         """Put the host back on the version it had, pinned, and re-check it against the audit
