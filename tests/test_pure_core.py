@@ -19,6 +19,11 @@ CORE = (
     "gpuaudit.upgrade.settings",
     "gpuaudit.upgrade.plan",
     "gpuaudit.upgrade.gates",
+    "gpuaudit.upgrade.journal",
+    "gpuaudit.upgrade.lease",
+    "gpuaudit.upgrade.report",
+    "gpuaudit.upgrade.drain",
+    "gpuaudit.upgrade.runner",
 )
 
 

@@ -25,7 +25,10 @@ REASON_PREFIX = "gpuaudit:"
 
 
 def node_name(host: str) -> str:
-    return host.rpartition("/")[2].split(".", 1)[0]
+    """The scheduler's name of an inventory host: no connector prefix, no domain."""
+    if host.startswith("@") and "/" in host:
+        host = host.split("/", 1)[1]
+    return host.split(".", 1)[0]
 
 
 def drain_commands(settings: DrainSettings, host: str, version: str, undrain: bool) -> list[str]:
