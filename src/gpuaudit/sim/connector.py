@@ -52,6 +52,7 @@ from typing import TYPE_CHECKING, Any
 from pyinfra import logger
 from pyinfra.api import QuoteString, StringCommand
 from pyinfra.api.exceptions import ConnectError, InventoryError
+from pyinfra.api.output import echo
 from pyinfra.connectors.base import DataMeta
 from pyinfra.connectors.local import LocalConnector
 from pyinfra.connectors.util import (
@@ -148,6 +149,8 @@ class SimConnector(LocalConnector):
         **arguments: Any,
     ) -> tuple[bool, CommandOutput]:
         host = self._require_host()
+        if print_input:  # pyinfra -vv: the command as the host runs it
+            echo(f"{self.host.print_prefix}>>> {command}", err=True)
         down = down_reason(host.state())
         if down:  # the host rebooted after this connection was made
             return False, _refusal(f"Connection refused (simulated host {down})")
