@@ -18,7 +18,8 @@ $(STAMP): pyproject.toml
 
 # The SSH integration test starts a real sshd on 127.0.0.1; the browser tests drive Debian's
 # chromium (Playwright's own browser downloads are never used); tests/debroot builds Debian roots
-# with debootstrap and indexes its dummy packages with dpkg-scanpackages (dpkg-dev).
+# with debootstrap and indexes its dummy packages with dpkg-scanpackages (dpkg-dev); the Slurm
+# drain hook is tested against a real slurmctld, slurmd and munged (slurm-wlm, munge).
 system-deps:
 	@command -v sshd >/dev/null 2>&1 || [ -x /usr/sbin/sshd ] || { \
 		echo "installing openssh-server"; $(APT) update -qq && \
@@ -30,6 +31,9 @@ system-deps:
 		command -v dpkg-scanpackages >/dev/null 2>&1 || { \
 		echo "installing debootstrap dpkg-dev"; $(APT) update -qq && \
 		DEBIAN_FRONTEND=noninteractive $(APT) install -y -qq debootstrap dpkg-dev; }
+	@{ [ -x /usr/sbin/slurmctld ] && [ -x /usr/sbin/munged ]; } || { \
+		echo "installing slurm-wlm munge"; $(APT) update -qq && \
+		DEBIAN_FRONTEND=noninteractive $(APT) install -y -qq slurm-wlm munge; }
 
 demo: $(STAMP)
 	$(BIN)/gpuaudit audit inventory/demo.py --policy policies/demo.yaml
