@@ -35,6 +35,7 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -734,41 +735,48 @@ def session_template(
     return template
 
 
+def _templates(
+    factory: pytest.TempPathFactory, base: str, include: tuple[str, ...], prepare: Any
+) -> Iterator[Template]:
+    template = session_template(factory, base, include, prepare)
+    yield Template(template, usr_snapshot(template))
+    remove_tree(template)
+
+
+def _copies(template: Template, tmp_path: Path, request: pytest.FixtureRequest, kind: Any):
+    """A fresh copy of a session template for one test (see :func:`fresh_copy`), checked
+    afterwards for writes through the shared /usr links."""
+    root = tmp_path / "root"
+    fresh_copy(template.path, root)
+    yield kind(root, tmp_path / "deploys")
+    finish(root, template.path, template.usr, request)
+
+
 @pytest.fixture(scope="session")
 def debroot_template(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Template]:
     """The session's apt root: cached minbase plus the local NVIDIA repository, old
     versions installed."""
-    template = session_template(tmp_path_factory, BASE, (), prepare_template)
-    yield Template(template, usr_snapshot(template))
-    remove_tree(template)
+    yield from _templates(tmp_path_factory, BASE, (), prepare_template)
 
 
 @pytest.fixture
 def debroot(
     debroot_template: Template, tmp_path: Path, request: pytest.FixtureRequest
 ) -> Iterator[DebRoot]:
-    """A fresh copy of the session's apt root for this test (see :func:`fresh_copy`)."""
-    root = tmp_path / "root"
-    fresh_copy(debroot_template.path, root)
-    yield DebRoot(root, tmp_path / "deploys")
-    finish(root, debroot_template.path, debroot_template.usr, request)
+    """A fresh copy of the session's apt root for this test."""
+    yield from _copies(debroot_template, tmp_path, request, DebRoot)
 
 
 @pytest.fixture(scope="session")
 def dnfroot_template(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Template]:
     """The session's rpm root: Debian's dnf and rpm, a local rpm repository, old versions
     installed, apt purged."""
-    template = session_template(tmp_path_factory, DNF_BASE, DNF_INCLUDE, prepare_dnf_template)
-    yield Template(template, usr_snapshot(template))
-    remove_tree(template)
+    yield from _templates(tmp_path_factory, DNF_BASE, DNF_INCLUDE, prepare_dnf_template)
 
 
 @pytest.fixture
 def dnfroot(
     dnfroot_template: Template, tmp_path: Path, request: pytest.FixtureRequest
 ) -> Iterator[DnfRoot]:
-    """A fresh copy of the session's rpm root for this test (see :func:`fresh_copy`)."""
-    root = tmp_path / "root"
-    fresh_copy(dnfroot_template.path, root)
-    yield DnfRoot(root, tmp_path / "deploys")
-    finish(root, dnfroot_template.path, dnfroot_template.usr, request)
+    """A fresh copy of the session's rpm root for this test."""
+    yield from _copies(dnfroot_template, tmp_path, request, DnfRoot)

@@ -133,7 +133,12 @@ def test_a_clean_rollout_goes_canary_first_and_keeps_to_max_unavailable(tmp_path
         upgrade(
             tmp_path,
             inventory,
-            policy(tmp_path, max_parallel=2, max_unavailable=2),
+            policy(
+                tmp_path,
+                max_parallel=2,
+                max_unavailable=2,
+                gate={"command": "test -s /etc/os-release"},
+            ),
             "--rollout-id",
             "clean",
         )
@@ -143,6 +148,11 @@ def test_a_clean_rollout_goes_canary_first_and_keeps_to_max_unavailable(tmp_path
     by_name = hosts(rollout)
     assert {name: h["outcome"] for name, h in by_name.items()} == dict.fromkeys(HOSTS, "upgraded")
     assert all(installed(tmp_path, name) == TARGET for name in HOSTS)
+    for name, host in by_name.items():
+        # The site's gate command ran on the host; DCGM's diagnostic where dcgmi exists.
+        checks = {c["name"]: c["outcome"] for c in host["gates"][-1]["checks"]}
+        assert checks["site_command"] == "pass", (name, checks)
+        assert checks["dcgm_diag"] == "not_checked", (name, checks)
     journal = events(rollout)
     # Canary first: every wave host starts after the canary's last step.
     canary_done = max(e["seq"] for e in journal if e["host"] == "@sim/rh-canary-01")

@@ -25,9 +25,10 @@ TARGET = "560.35.03"
 OLD = "550.127.05"  # the factories' driver
 
 
-def _rule_factories() -> ModuleType:
+def _policy_helpers() -> ModuleType:
+    # tests/policy/policy_helpers.py already loads the rules' snapshot factories.
     spec = importlib.util.spec_from_file_location(
-        "upgrade_rule_factories", ROOT / "tests" / "rules" / "conftest.py"
+        "upgrade_policy_helpers", ROOT / "tests" / "policy" / "policy_helpers.py"
     )
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
@@ -35,7 +36,7 @@ def _rule_factories() -> ModuleType:
     return module
 
 
-_FACTORIES = _rule_factories()
+_FACTORIES = _policy_helpers().FACTORIES
 
 
 def gpu(index: int = 0, **changes: Any) -> Gpu:

@@ -12,12 +12,11 @@ from collections.abc import Iterable, Mapping, Sequence
 
 from pyinfra.api import FactBase, QuoteString, StringCommand
 
-from gpuaudit.rules.versions import same_version, version_key
+from gpuaudit.rules.versions import DRIVER_PACKAGE_VERSION, same_version, version_key
 
 # A version that names a driver release (550.127.05-0ubuntu1, 3:550.127.05-1.el9). Repository
 # and meta packages that match the name patterns keep versions of their own (the local
 # repository package nvidia-driver-local-repo-… is 1.0-1) and are no part of the driver.
-DRIVER_RELEASE = re.compile(r"^(?:\d+:)?\d{3}\.\d+")
 # What a desired version may contain (Debian and RPM version characters only): it goes into
 # the preferences file, where a newline or a glob would change what is pinned.
 _VERSION = re.compile(r"^[A-Za-z0-9.+~:_-]+$")
@@ -177,7 +176,7 @@ def driver_packages(
     for name in sorted(installed):
         if not any(rx.match(name) for rx in patterns):
             continue
-        versions = [v for v in installed[name] if DRIVER_RELEASE.match(v)]
+        versions = [v for v in installed[name] if DRIVER_PACKAGE_VERSION.match(v)]
         if versions:
             found[name] = max(versions, key=version_key)
     return found

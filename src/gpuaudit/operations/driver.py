@@ -12,8 +12,9 @@ from __future__ import annotations
 
 import posixpath
 import re
-from collections.abc import Generator, Iterable
+from collections.abc import Callable, Generator, Iterable
 from io import StringIO
+from typing import TypeVar
 
 from pyinfra import host
 from pyinfra.api import FileUploadCommand, QuoteString, StringCommand, operation
@@ -48,6 +49,7 @@ CO_PINNED_PATTERNS = (r"libnvidia-(?!container)", r"nvidia-fabric-?manager", r"n
 _APT_PREFERENCES_NAME = re.compile(r"^(?:[A-Za-z0-9_-]+|[A-Za-z0-9_.-]+\.pref)$")
 
 Commands = Generator[StringCommand | FileUploadCommand, None, None]
+C = TypeVar("C")  # the commands an operation yields
 
 
 @operation()
@@ -80,14 +82,12 @@ def pin(
         raise OperationValueError(f"not a package version: {version!r}")
     _check_pin_file(pin_file)
     regexes = driver_regexes(patterns)
-    if host.get_fact(Which, "apt-mark"):
-        yield from _pin_apt(version, regexes, pin_file)
-        return
-    manager = _rpm_manager()
-    if manager:
-        yield from _pin_rpm(manager, version, regexes)
-        return
-    host.noop("no apt or dnf on the host: no driver packages to pin")
+    yield from by_package_manager(
+        "apt-mark",
+        lambda: _pin_apt(version, regexes, pin_file),
+        lambda manager: _pin_rpm(manager, version, regexes),
+        "pin",
+    )
 
 
 @operation()
@@ -108,14 +108,12 @@ def unpin(patterns: Iterable[str] | None = None, pin_file: str = DEFAULT_PIN_FIL
     """
     _check_pin_file(pin_file)
     regexes = driver_regexes(patterns)
-    if host.get_fact(Which, "apt-mark"):
-        yield from _unpin_apt(regexes, pin_file)
-        return
-    manager = _rpm_manager()
-    if manager:
-        yield from _unpin_rpm(manager, regexes)
-        return
-    host.noop("no apt or dnf on the host: no driver packages to unpin")
+    yield from by_package_manager(
+        "apt-mark",
+        lambda: _unpin_apt(regexes, pin_file),
+        lambda manager: _unpin_rpm(manager, regexes),
+        "unpin",
+    )
 
 
 def _patterns() -> list[str]:
@@ -142,7 +140,26 @@ def _check_pin_file(pin_file: str) -> None:
         )
 
 
-def _rpm_manager() -> str | None:
+def by_package_manager(
+    apt_tool: str,
+    on_apt: Callable[[], Generator[C, None, None]],
+    on_rpm: Callable[[str], Generator[C, None, None]],
+    what: str,
+) -> Generator[C, None, None]:
+    """The apt commands where the host has ``apt_tool``, else those of its rpm manager (dnf,
+    else yum), else a no-op saying there are no driver packages to ``what``."""
+    if host.get_fact(Which, apt_tool):
+        yield from on_apt()
+        return
+    manager = rpm_manager()
+    if manager:
+        yield from on_rpm(manager)
+        return
+    host.noop(f"no apt or dnf on the host: no driver packages to {what}")
+
+
+def rpm_manager() -> str | None:
+    """dnf, else yum, where the host has one."""
     for manager in ("dnf", "yum"):
         if host.get_fact(Which, manager):
             return manager

@@ -10,6 +10,15 @@ from pyinfra.api import QuoteString, StringCommand, operation
 from gpuaudit.facts.remediation import NvidiaDriverVersion, SystemdUnits, unit_name
 
 
+def installed_units(
+    names: Iterable[str],
+) -> tuple[list[str], dict[str, dict[str, str]], list[str]]:
+    """(the unit names asked for, their states, those the host has), in the order asked."""
+    wanted = [unit_name(name) for name in names]
+    units = host.get_fact(SystemdUnits, units=wanted)
+    return wanted, units, [unit for unit in wanted if unit in units]
+
+
 def needs_enable(state: dict[str, str]) -> bool:
     # A static unit has no [Install] section: it cannot be enabled, only started.
     return state.get("active") != "active" or state.get("enabled") not in ("enabled", "static")
@@ -41,8 +50,7 @@ def enable(
             "left as they are until the driver loads"
         )
         return
-    units = host.get_fact(SystemdUnits, units=wanted)
-    present = [unit for unit in wanted if unit in units]
+    wanted, units, present = installed_units(wanted)
     todo = [unit for unit in present if needs_enable(units[unit])]
     if todo:
         yield StringCommand("systemctl", "enable", "--now", *(QuoteString(u) for u in todo))

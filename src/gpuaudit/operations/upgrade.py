@@ -30,10 +30,11 @@ from pyinfra.facts.rpm import RpmPackages
 from pyinfra.facts.server import KernelModules, Which
 
 from gpuaudit.facts.packages import driver_packages, version_mismatches
-from gpuaudit.facts.remediation import NvidiaDriverVersion, SystemdUnits, unit_name
+from gpuaudit.facts.remediation import NvidiaDriverVersion
 from gpuaudit.facts.upgrade import AptPolicyVersions, BootId, NvidiaModuleVersion
-from gpuaudit.operations.driver import driver_regexes
-from gpuaudit.rules.versions import version_key
+from gpuaudit.operations.driver import by_package_manager, driver_regexes
+from gpuaudit.operations.services import installed_units
+from gpuaudit.rules.versions import is_driver_version, version_key
 
 # The GPU services, in the order they start: the persistence daemon first, fabric manager
 # (which NVSwitch hosts need before any CUDA job), then DCGM's host engine and its exporter.
@@ -51,7 +52,6 @@ _RUNNING = ("active", "activating", "reloading")
 UNLOAD_ORDER = ("nvidia_peermem", "nvidia_uvm", "nvidia_drm", "nvidia_modeset", "nvidia")
 _ALWAYS_LOADED = ("nvidia", "nvidia_modeset", "nvidia_uvm")
 # A driver release: branch, then one or two more numbers (550.127.05, 595.84).
-_DRIVER_VERSION = re.compile(r"^\d{3}\.\d+(?:\.\d+)?$")
 # pyinfra's own way to reboot where systemd-run is missing (operations/server.py reboot).
 _DETACHED_REBOOT = "( sleep 1 && reboot ) </dev/null >/dev/null 2>&1 &"
 
@@ -73,9 +73,7 @@ def stop_gpu_services(names: Iterable[str] = GPU_SERVICES) -> Commands:
 
         upgrade.stop_gpu_services(name="Stop the GPU services")
     """
-    wanted = [unit_name(name) for name in names]
-    units = host.get_fact(SystemdUnits, units=wanted)
-    present = [unit for unit in wanted if unit in units]
+    wanted, units, present = installed_units(names)
     running = [unit for unit in present if units[unit].get("active") in _RUNNING]
     if running:
         yield StringCommand("systemctl", "stop", *(QuoteString(u) for u in reversed(running)))
@@ -100,9 +98,7 @@ def start_gpu_services(names: Iterable[str] = GPU_SERVICES) -> Commands:
 
         upgrade.start_gpu_services(name="Start the GPU services")
     """
-    wanted = [unit_name(name) for name in names]
-    units = host.get_fact(SystemdUnits, units=wanted)
-    present = [unit for unit in wanted if unit in units]
+    wanted, units, present = installed_units(names)
     enabled = [unit for unit in present if units[unit].get("enabled") in _STARTS_AT_BOOT]
     stopped = [unit for unit in enabled if units[unit].get("active") != "active"]
     if stopped:
@@ -145,17 +141,15 @@ def install_driver(
 
         upgrade.install_driver(name="Install driver 550.127.05", version="550.127.05")
     """
-    if not isinstance(version, str) or not _DRIVER_VERSION.match(version):
+    if not is_driver_version(version):
         raise OperationValueError(f"not an NVIDIA driver version: {version!r} (550.127.05)")
     regexes = driver_regexes(patterns)
-    if host.get_fact(Which, "apt-get"):
-        yield from _install_apt(version, regexes, update)
-        return
-    manager = _rpm_manager()
-    if manager:
-        yield from _install_rpm(manager, version, regexes)
-        return
-    host.noop("no apt or dnf on the host: no driver packages to install")
+    yield from by_package_manager(
+        "apt-get",
+        lambda: _install_apt(version, regexes, update),
+        lambda manager: _install_rpm(manager, version, regexes),
+        "install",
+    )
 
 
 def _install_apt(version: str, regexes: list[re.Pattern[str]], update: bool) -> Commands:
@@ -227,13 +221,6 @@ def _already_at(installed: dict[str, str], targets: list[str], version: str) -> 
         host.noop(f"driver packages already at {version}: {', '.join(targets)}")
         return True
     return False
-
-
-def _rpm_manager() -> str | None:
-    for manager in ("dnf", "yum"):
-        if host.get_fact(Which, manager):
-            return manager
-    return None
 
 
 def branch_of(version: str) -> str:

@@ -10,11 +10,10 @@ from gpuaudit.rules import refs
 from gpuaudit.rules.base import Evidence, Finding, Owner, Rule, RuleContext, Severity, rule
 from gpuaudit.rules.evidence import section_excerpt
 from gpuaudit.rules.software import host_driver_version
-from gpuaudit.rules.versions import major_minor, same_version
+from gpuaudit.rules.versions import DRIVER_PACKAGE_VERSION, major_minor, same_version
 
 # A package version that names a driver release (535.129.03, 1:550.127.05-0ubuntu1), as
 # opposed to a repository or meta package with a version of its own (1.0-1).
-_DRIVER_RELEASE = re.compile(r"^(?:\d+:)?\d{3}\.\d+")
 
 
 def _supported_cuda(snap: HostSnapshot) -> str | None:
@@ -138,7 +137,7 @@ def driver_package_mismatch(rule: Rule, snap: HostSnapshot, ctx: RuleContext) ->
         p
         for p in snap.packages
         if any(rx.match(p.name) for rx in patterns)
-        and _DRIVER_RELEASE.match(p.version)
+        and DRIVER_PACKAGE_VERSION.match(p.version)
         and not same_version(p.version, loaded)
     ]
     if not others:

@@ -5,6 +5,15 @@ from __future__ import annotations
 import re
 
 _NUMBER = re.compile(r"\d+")
+# A driver release as NVIDIA numbers them: 550.127.05, 535.54.03, 595.84.
+_DRIVER_VERSION = re.compile(r"^\d{3}\.\d+(?:\.\d+)?$")
+# A package version of a driver release: 550.127.05-0ubuntu1, 3:550.127.05-1.el9.
+DRIVER_PACKAGE_VERSION = re.compile(r"^(?:\d+:)?\d{3}\.\d+")
+
+
+def is_driver_version(text: object) -> bool:
+    """Whether ``text`` names a driver release (a string like 550.127.05)."""
+    return isinstance(text, str) and _DRIVER_VERSION.match(text) is not None
 
 
 def version_key(version: str) -> tuple[int, ...]:

@@ -224,21 +224,18 @@ def ecc_check(before: HostSnapshot, after: HostSnapshot) -> GateCheck:
             unknown.append(f"GPU {new.index}")
         else:
             compared += 1
-    if grew:
-        detail = "new uncorrectable ECC errors: " + names(grew)
-        return GateCheck("ecc_uncorrectable", "fail", detail, counts)
-    if unknown:
-        detail = f"uncorrectable ECC counts missing before or after the upgrade: {names(unknown)}"
-        return GateCheck("ecc_uncorrectable", "inconclusive", detail, counts)
-    if not compared:
-        return GateCheck(
-            "ecc_uncorrectable", "not_checked", "ECC is not enabled on any GPU: nothing to compare"
-        )
-    detail = (
-        f"uncorrectable ECC counts (aggregate and volatile) of {compared} GPUs compared with "
-        "before the upgrade: none grew"
+    return _per_gpu_verdict(
+        "ecc_uncorrectable",
+        counts,
+        failed="new uncorrectable ECC errors: " + names(grew) if grew else "",
+        unknown=f"uncorrectable ECC counts missing before or after the upgrade: {names(unknown)}"
+        if unknown
+        else "",
+        nothing="ECC is not enabled on any GPU: nothing to compare",
+        compared=compared,
+        passed=f"uncorrectable ECC counts (aggregate and volatile) of {compared} GPUs compared "
+        "with before the upgrade: none grew",
     )
-    return GateCheck("ecc_uncorrectable", "pass", detail, counts)
 
 
 def row_remap_check(before: HostSnapshot, after: HostSnapshot) -> GateCheck:
@@ -278,19 +275,39 @@ def row_remap_check(before: HostSnapshot, after: HostSnapshot) -> GateCheck:
             unknown.append(label)
         else:
             compared += 1
-    if new_problems:
-        return GateCheck("row_remap", "fail", "; ".join(new_problems), evidence)
-    if unknown:
-        detail = f"row remapping state not reported after the upgrade: {names(unknown)}"
-        return GateCheck("row_remap", "inconclusive", detail, evidence)
-    if not compared:
-        detail = "no GPU reports row remapping or page retirement: nothing to compare"
-        return GateCheck("row_remap", "not_checked", detail)
-    detail = (
-        f"row remapping and page retirement of {compared} GPUs compared with before the "
-        "upgrade: nothing new pending or failed"
+    return _per_gpu_verdict(
+        "row_remap",
+        evidence,
+        failed="; ".join(new_problems),
+        unknown=f"row remapping state not reported after the upgrade: {names(unknown)}"
+        if unknown
+        else "",
+        nothing="no GPU reports row remapping or page retirement: nothing to compare",
+        compared=compared,
+        passed=f"row remapping and page retirement of {compared} GPUs compared with before the "
+        "upgrade: nothing new pending or failed",
     )
-    return GateCheck("row_remap", "pass", detail, evidence)
+
+
+def _per_gpu_verdict(
+    name: str,
+    evidence: dict[str, Any],
+    *,
+    failed: str,
+    unknown: str,
+    nothing: str,
+    compared: int,
+    passed: str,
+) -> GateCheck:
+    """A per-GPU comparison's outcome: something new fails it; missing data makes it
+    inconclusive; no GPU with the data leaves it not checked; otherwise it passes."""
+    if failed:
+        return GateCheck(name, "fail", failed, evidence)
+    if unknown:
+        return GateCheck(name, "inconclusive", unknown, evidence)
+    if not compared:
+        return GateCheck(name, "not_checked", nothing)
+    return GateCheck(name, "pass", passed, evidence)
 
 
 def persistence_check(before: HostSnapshot, after: HostSnapshot) -> GateCheck:

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from gpuaudit.model.snapshot import HostSnapshot, Package
 from gpuaudit.rules.base import Finding
 from gpuaudit.rules.software import host_driver_version
-from gpuaudit.rules.versions import same_version, version_key
+from gpuaudit.rules.versions import is_driver_version, same_version, version_key
 from gpuaudit.upgrade.gate_types import GateResult
 from gpuaudit.upgrade.gates import precheck
 from gpuaudit.upgrade.health import host_settings, not_collected
@@ -70,8 +70,6 @@ __all__ = [
 ]
 
 Action = Literal["upgrade", "skip"]
-# A driver release as NVIDIA numbers them: 550.127.05, 535.54.03, 470.256.02.
-_DRIVER_VERSION = re.compile(r"^\d+\.\d+(\.\d+)?$")
 
 
 @dataclass(frozen=True)
@@ -193,7 +191,7 @@ def plan_rollout(
     judged on (an expired waiver does not hide a critical finding).
     """
     target = target_version.strip()
-    if not _DRIVER_VERSION.match(target):
+    if not is_driver_version(target):
         raise ValueError(f"{target_version!r} is not a driver version such as 550.127.05")
     seen: set[str] = set()
     for host in hosts:

@@ -158,7 +158,7 @@ class Rollout:
             command += ["--policy", self.opts.policy]
         for pattern in limit:
             command += ["--limit", pattern]
-        done = subprocess.run(command, capture_output=True, text=True, check=False)
+        done = _run(command)
         if not (run_dir / "hosts").is_dir():
             raise RuntimeError(f"the audit wrote no snapshots: {done.stderr.strip()[-500:]}")
 
@@ -348,27 +348,26 @@ class Rollout:
         self.record(name, step, "done" if ok else "failed", detail)
         return bool(ok)
 
+    def _pyinfra(self, name: str, *arguments: str) -> list[str]:
+        """pyinfra on one host of the rollout's inventory."""
+        return [sys.executable, "-m", "pyinfra", "-y", "--limit", name, self.opts.inventory,
+                *arguments]  # fmt: skip
+
     def _deploy(self, name: str, step: str, **data: str) -> tuple[bool, str]:
-        command = [
-            sys.executable,
-            "-m",
-            "pyinfra",
-            "-y",
-            "--limit",
+        command = self._pyinfra(
             name,
-            self.opts.inventory,
             str(self.opts.deploy),
             "--data",
             f"gpuaudit_step={step}",
             "--data",
             f'gpuaudit_target="{self.opts.target}"',
-        ]
+        )
         for key, value in data.items():
             command += ["--data", f'{key}="{value}"']
         env = dict(os.environ)
         if self.opts.policy:
             env["GPUAUDIT_POLICY"] = str(Path(self.opts.policy).resolve())
-        done = subprocess.run(command, capture_output=True, text=True, env=env, check=False)
+        done = _run(command, env=env)
         return done.returncode == 0, _pyinfra_summary(done.stdout + done.stderr, name)
 
     def _reload(self, name: str) -> tuple[bool, str]:
@@ -387,14 +386,7 @@ class Rollout:
         if not commands:
             return None, "no drain hook configured"
         for command in commands:
-            done = subprocess.run(
-                command,
-                shell=True,
-                capture_output=True,
-                text=True,
-                timeout=self.settings.drain.timeout_seconds,
-                check=False,
-            )
+            done = _run(command, timeout=self.settings.drain.timeout_seconds)
             if done.returncode != 0:
                 return False, f"{command}: {_tail(done.stdout + done.stderr)}"
         return True, "; ".join(commands)
@@ -405,11 +397,7 @@ class Rollout:
         after = self.audit_host(name, "gate")
         if after is not None:
             self._gated[name] = after
-        before = self.before[name]
-        expected = before.host_data.get("expected_gpu_count")
-        result = health_gate(
-            before, after, version, expected if isinstance(expected, int) else None
-        )
+        result = self._judge(name, self.before[name], after, version)
         if result.outcome == "inconclusive":
             self.record(name, "gate", "info", result.summary(), **result.to_dict())
             with self.progress.lock:
@@ -418,6 +406,16 @@ class Rollout:
         status = "done" if result.outcome == "pass" else "failed"
         self.record(name, "gate", status, result.summary(), **result.to_dict())
         return result
+
+    def _judge(
+        self, name: str, before: HostSnapshot, after: HostSnapshot | None, version: str
+    ) -> GateResult:
+        """The health gate of ``after`` against ``before``, with the gate's commands run on
+        the host when it answered."""
+        expected = self.before[name].host_data.get("expected_gpu_count")
+        gpus = expected if isinstance(expected, int) else None
+        extra = self._gate_commands(name) if after is not None else ()
+        return health_gate(before, after, version, gpus, extra)
 
     def _gate_commands(self, name: str) -> tuple[GateCheck, ...]:
         """DCGM's own diagnostic (``dcgmi diag -r <level>``) where the host has DCGM, and the
@@ -436,27 +434,8 @@ class Rollout:
         return tuple(checks)
 
     def _host_check(self, name: str, check: str, command: str, missing: str = "") -> GateCheck:
-        run = [
-            sys.executable,
-            "-m",
-            "pyinfra",
-            "-y",
-            "--limit",
-            name,
-            self.opts.inventory,
-            "exec",
-            "--",
-            "sh",
-            "-c",
-            shlex.quote(command),
-        ]
-        done = subprocess.run(
-            run,
-            capture_output=True,
-            text=True,
-            check=False,
-            timeout=self.settings.gate.timeout_seconds,
-        )
+        run = self._pyinfra(name, "exec", "--", "sh", "-c", shlex.quote(command))
+        done = _run(run, timeout=self.settings.gate.timeout_seconds)
         output = _pyinfra_summary(done.stdout + done.stderr, name)
         evidence = {"command": command, "output": output[-400:]}
         if done.returncode == 0:
@@ -497,10 +476,7 @@ class Rollout:
 
     def _recheck(self, name: str, version: str) -> GateResult:
         after = self.audit_host(name, "rollback")
-        before = self._gated.get(name, self.before[name])
-        expected = self.before[name].host_data.get("expected_gpu_count")
-        gpus = expected if isinstance(expected, int) else None
-        result = health_gate(before, after, version, gpus)
+        result = self._judge(name, self._gated.get(name, self.before[name]), after, version)
         self.record(
             name,
             "gate",
@@ -509,6 +485,21 @@ class Rollout:
             **result.to_dict(),
         )
         return result
+
+
+def _run(
+    command: str | list[str], timeout: float | None = None, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    """Run a command on the controller (a string through the shell), its output captured."""
+    return subprocess.run(
+        command,
+        shell=isinstance(command, str),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=env,
+        check=False,
+    )
 
 
 def _pin(host: HostPlan) -> str | None:
@@ -531,12 +522,7 @@ def inventory_order(inventory: str) -> list[str]:
     process (loading pyinfra's CLI patches the interpreter for gevent)."""
     import json
 
-    done = subprocess.run(
-        [sys.executable, "-c", _INVENTORY_ORDER, inventory],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
+    done = _run([sys.executable, "-c", _INVENTORY_ORDER, inventory])
     if done.returncode != 0:
         raise RuntimeError(f"cannot read the inventory {inventory}: {_tail(done.stderr)}")
     return [str(name) for name in json.loads(done.stdout)]
