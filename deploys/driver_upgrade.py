@@ -18,8 +18,10 @@ step in its journal; it can also be run by hand. The step runs exactly its opera
                       process or daemon holds a GPU (then run ``reboot``)
 - ``reboot``          reboot and wait until the host answers in a new boot
 - ``start_services``  start the GPU services that are enabled
-- ``rollback``        stop services, unpin, install ``gpuaudit_rollback_version``, pin it,
-                      reload (rebooting where the reload is refused), start services
+- ``rollback``        stop services, unpin, install ``gpuaudit_rollback_version``, pin it
+                      again unless ``gpuaudit_rollback_pin=unpinned`` (the host was not
+                      pinned before the rollout: it is left released, as it was), reload
+                      (rebooting where the reload is refused), start services
 
 Host data: ``gpuaudit_reboot_timeout`` (seconds, default 900), ``gpuaudit_reboot_delay``
 (default 10), ``gpuaudit_reboot_interval`` (default 5), ``gpuaudit_apt_update`` (refresh the
@@ -90,7 +92,13 @@ def _rollback() -> None:
     upgrade.stop_gpu_services(name="Stop the GPU services")
     driver.unpin(name="Release the NVIDIA driver packages")
     _install(version)
-    driver.pin(name=f"Pin the NVIDIA driver packages at {version}", version=version)
+    pin = host.data.get("gpuaudit_rollback_pin", "pinned")
+    if pin not in ("pinned", "unpinned"):
+        raise StepError(
+            f"{host.name}: gpuaudit_rollback_pin is {pin!r}; it is 'pinned' or 'unpinned'"
+        )
+    if pin == "pinned":
+        driver.pin(name=f"Pin the NVIDIA driver packages at {version}", version=version)
     # A refused reload (a GPU still in use) is not the end of a rollback: the reboot after it
     # runs only while the old driver is still not loaded.
     upgrade.reload_driver(name="Load the NVIDIA driver", _ignore_errors=True)

@@ -33,6 +33,13 @@ def find_sshd() -> str:
     )
 
 
+def sftp_server() -> str:
+    for candidate in ("/usr/lib/openssh/sftp-server", "/usr/libexec/openssh/sftp-server"):
+        if Path(candidate).exists():
+            return candidate
+    return "internal-sftp"
+
+
 def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
@@ -56,13 +63,22 @@ class Sshd:
 
 
 @contextmanager
-def running_sshd(workdir: Path, clients: Mapping[Path, Mapping[str, str]]) -> Iterator[Sshd]:
-    """Start sshd authorising each client key (private key path → environment)."""
+def running_sshd(
+    workdir: Path,
+    clients: Mapping[Path, Mapping[str, str]],
+    commands: Mapping[Path, str] | None = None,
+) -> Iterator[Sshd]:
+    """Start sshd authorising each client key (private key path → environment), each key in
+    ``commands`` forced to run its command (authorized_keys ``command="…"``)."""
     workdir.mkdir(parents=True, exist_ok=True)
     host_key = keygen(workdir / "ssh_host_ed25519_key")
     lines = []
     for key, env in clients.items():
-        options = ",".join(f'environment="{k}={v}"' for k, v in env.items())
+        forced = (commands or {}).get(key)
+        options = ",".join(
+            ([f'command="{forced}"'] if forced else [])
+            + [f'environment="{k}={v}"' for k, v in env.items()]
+        )
         public = Path(f"{key}.pub").read_text().strip()
         lines.append(f"{options} {public}" if options else public)
     authorized = workdir / "authorized_keys"
@@ -85,6 +101,7 @@ def running_sshd(workdir: Path, clients: Mapping[Path, Mapping[str, str]]) -> It
                 "KbdInteractiveAuthentication no",
                 "UsePAM no",
                 "StrictModes no",
+                f"Subsystem sftp {sftp_server()}",
                 "LogLevel DEBUG1",  # logs each exec request: the test counts remote commands
                 "",
             ]
@@ -116,10 +133,13 @@ def running_sshd(workdir: Path, clients: Mapping[Path, Mapping[str, str]]) -> It
 
 
 @pytest.fixture
-def start_sshd(tmp_path: Path) -> Iterator[Callable[[Mapping[Path, Mapping[str, str]]], Sshd]]:
-    """Start a real sshd for the test; it stops when the test ends."""
+def start_sshd(tmp_path: Path) -> Iterator[Callable[..., Sshd]]:
+    """Start a real sshd for the test (``start_sshd(clients, commands=None)``); it stops when
+    the test ends."""
     with contextlib.ExitStack() as stack:
-        yield lambda clients: stack.enter_context(running_sshd(tmp_path / "sshd", clients))
+        yield lambda clients, commands=None: stack.enter_context(
+            running_sshd(tmp_path / "sshd", clients, commands)
+        )
 
 
 @pytest.fixture

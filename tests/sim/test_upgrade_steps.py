@@ -192,6 +192,26 @@ def test_install_fails_in_dpkg_and_rollback_keeps_the_old_driver(tmp_path: Path)
     assert pins(rehearsal, "nvidia-driver-515") == {f"{OLD}-0ubuntu1": 1001}
 
 
+def test_rollback_of_a_host_that_was_not_pinned_leaves_it_released(tmp_path: Path) -> None:
+    rehearsal = Rehearsal(tmp_path, t4(packages_held=False))
+    for step in UPGRADE:
+        if step == "unpin":
+            assert rehearsal.host.state()["holds"] == []
+        rehearsal.ok(step)
+    assert pins(rehearsal, "nvidia-driver-550") == {f"{NEW}-0ubuntu1": 1001}
+
+    rehearsal.ok("rollback", gpuaudit_rollback_version=OLD, gpuaudit_rollback_pin="unpinned")
+    assert loaded_driver(rehearsal) == OLD
+    # Back as it was before the rollout: the old driver, no hold and no apt pin.
+    assert rehearsal.host.state()["holds"] == []
+    assert set(pins(rehearsal, "nvidia-driver-515").values()) == {500}
+    assert not rehearsal.host.upper("/etc/apt/preferences.d/gpuaudit-nvidia-driver").exists()
+
+    refused = rehearsal.step("rollback", gpuaudit_rollback_version=OLD, gpuaudit_rollback_pin="x")
+    assert refused.returncode != 0
+    assert "gpuaudit_rollback_pin is 'x'" in refused.stdout + refused.stderr
+
+
 @pytest.mark.parametrize("xid", [119, 79])
 def test_xid_after_the_new_driver_loads(tmp_path: Path, xid: int) -> None:
     # No daemon holds the GPU, so the new driver loads without stopping anything.

@@ -184,6 +184,7 @@ def test_a_killed_controller_is_resumed_without_repeating_a_host(tmp_path: Path)
     first = upgrade(tmp_path, inventory, policy_file, "--rollout-id", "resumed")
     deadline = time.monotonic() + 600
     while time.monotonic() < deadline:  # kill it as wave 1's first host installs
+        assert first.poll() is None, finish(first)[1][-3000:]  # it must not end by itself
         if (rollout / "journal.jsonl").exists() and any(
             e["host"] == "@sim/rh-wave1-01" and e["step"] == "install" and e["status"] == "started"
             for e in events(rollout)

@@ -14,10 +14,11 @@ commands are kept inside it)::
 
 Commands pyinfra runs go through the isolated root. ``SimHost.env()`` is the other way in,
 used where no file may change (the read-only collector, tests of single tools, an sshd that
-serves a simulated host): ``PATH=usr/bin:sysbin`` puts the host's tools first and leaves out
-the real ones named in ``tools.SIM_OWNED``, so a tool the host lacks is really missing
-(``command -v nvidia-smi`` fails even on a machine that has one), and nothing it runs can
-reach this machine's systemctl, package manager or reboot.
+lets a simulated host be audited; one that lets it be changed runs :mod:`gpuaudit.sim.sshgate`):
+``PATH=usr/bin:sysbin`` puts the host's tools first and leaves out the real ones named in
+``tools.SIM_OWNED``, so a tool the host lacks is really missing (``command -v nvidia-smi`` fails
+even on a machine that has one), and nothing it runs can reach this machine's systemctl,
+package manager or reboot.
 """
 
 from __future__ import annotations
@@ -33,7 +34,13 @@ from typing import TYPE_CHECKING, Any
 from gpuaudit.sim.build import build_state
 from gpuaudit.sim.isolation import BIN_DIRS, overlay_trees, prepare_host_dirs, upper_for, whiteout
 from gpuaudit.sim.profiles import PROFILES, get_profile
-from gpuaudit.sim.rootfs import REAL_TOOLS_DIR, STATE_FILE, populate_skeleton, sync_root
+from gpuaudit.sim.rootfs import (  # noqa: F401 (INSIDE_ENV: what the connector imports)
+    INSIDE_ENV,
+    REAL_TOOLS_DIR,
+    STATE_FILE,
+    populate_skeleton,
+    sync_root,
+)
 from gpuaudit.sim.state import STATE_ENV, SimStateError, load_state, save_state
 from gpuaudit.sim.tools import PASSTHROUGH, SIM_OWNED, TOOLS, shims_for
 
@@ -46,8 +53,6 @@ DEFAULT_SIM_DIR = ".gpuaudit-sim"
 # environment never links one host's shims into another.
 _MARKER = ".gpuaudit-sim-bin"
 _ENTRY = "import sys; from gpuaudit.sim.tools import main; sys.exit(main())"
-# What the host's commands see (inside its isolated root).
-INSIDE_ENV = {STATE_ENV: f"/{STATE_FILE}", "GPUAUDIT_NVML": "0"}
 
 
 @dataclass(frozen=True)

@@ -15,7 +15,7 @@ import shutil
 from pathlib import Path
 
 from gpuaudit.sim.oses import OS_RELEASES, driver_proc_version
-from gpuaudit.sim.state import SimStateError, driver_answers
+from gpuaudit.sim.state import STATE_ENV, SimStateError, driver_answers
 
 # Typing names for the checker only: importing typing costs each tool call milliseconds.
 TYPE_CHECKING = False
@@ -25,6 +25,8 @@ if TYPE_CHECKING:
 _NODE_GLOBS = ("nvidia*", "kfd", "dri/*")
 # Where the host's state lives, relative to its root: the state file locates the root.
 STATE_FILE = "var/lib/gpuaudit-sim/state.json"
+# What a command on the host sees of the simulator: where its state is, and no NVML probe.
+INSIDE_ENV = {STATE_ENV: f"/{STATE_FILE}", "GPUAUDIT_NVML": "0"}
 # The real tools behind the pass-through shims (stat, uname, hostname), inside the root.
 REAL_TOOLS_DIR = "var/lib/gpuaudit-sim/real"
 # Changes at every boot; what a caller reads to tell that a host it reaches again rebooted.

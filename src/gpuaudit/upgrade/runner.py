@@ -36,12 +36,13 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import date, datetime, timezone
 from functools import partial
 from pathlib import Path
+from typing import Any
 
 from gpuaudit.model.snapshot import HostSnapshot
 from gpuaudit.policy import Policy, load_policy
@@ -124,7 +125,21 @@ class Rollout:
             self._audit(before_dir, self.opts.limit)
         snapshots = RunDir(before_dir).load_snapshots()
         self.before = {s.host: s for s in snapshots}
+        # Every inventory host in the rollout's scope is in the plan: one the audit wrote no
+        # snapshot for is planned as not collected (skipped), never left out.
         hosts = [
+            InventoryHost(
+                name=entry.name,
+                groups=entry.groups,
+                host_data=snap.host_data if snap is not None else entry.data,
+                snapshot=snap,
+            )
+            for entry in inventory_hosts(self.opts.inventory)
+            if in_limit(entry, self.opts.limit)
+            for snap in (self.before.get(entry.name),)
+        ]
+        listed = {h.name for h in hosts}
+        hosts += [
             InventoryHost(
                 name=s.host,
                 groups=tuple(s.host_data.get("groups") or ()),
@@ -132,9 +147,11 @@ class Rollout:
                 snapshot=s,
             )
             for s in snapshots
+            if s.host not in listed
         ]
-        order = {name: i for i, name in enumerate(inventory_order(self.opts.inventory))}
-        hosts.sort(key=lambda h: order.get(h.name, len(order)))
+        if not hosts:
+            scope = f" matches --limit {' '.join(self.opts.limit)}" if self.opts.limit else ""
+            raise RuntimeError(f"no host of the inventory {self.opts.inventory}{scope}")
         self.plan = plan_rollout(
             hosts, self.opts.target, self.settings, date.today(), policy=self.policy
         )
@@ -445,13 +462,18 @@ class Rollout:
         return GateCheck(check, "fail", f"{command} failed on the host", evidence)
 
     def _roll_back(self, name: str, cause: str) -> bool:
-        """Put the host back on the version it had, pinned, and re-check it against the audit
-        before the rollout; undrain it only when that check passes."""
-        version = load_state(self.dir).host(name).version_before
+        """Put the host back on the version it had, pinned as it was (a host whose pin was not
+        recorded is pinned), and re-check it against the audit before the rollout; undrain it
+        only when that check passes."""
+        before = load_state(self.dir).host(name)
+        version = before.version_before
         if not version:
             return False
-        self.record(name, "rollback", "started", f"{cause}; back to {version}")
-        ok, detail = self._deploy(name, "rollback", gpuaudit_rollback_version=version)
+        pin = "unpinned" if before.pin_before == "unpinned" else "pinned"
+        self.record(name, "rollback", "started", f"{cause}; back to {version}, {pin}")
+        ok, detail = self._deploy(
+            name, "rollback", gpuaudit_rollback_version=version, gpuaudit_rollback_pin=pin
+        )
         if not ok:
             self.record(name, "rollback", "failed", f"left drained: {detail}")
             return False
@@ -468,7 +490,7 @@ class Rollout:
             name,
             "rollback",
             "done",
-            f"back on {version}, pinned, re-checked",
+            f"back on {version}, {pin}, re-checked",
             version_after=version,
         )
         self._step_once(name, "undrain", lambda: self._drain(name, undrain=True))
@@ -506,26 +528,55 @@ def _pin(host: HostPlan) -> str | None:
     return None if host.pinned is None else ("pinned" if host.pinned else "unpinned")
 
 
-_INVENTORY_ORDER = """
+_INVENTORY_HOSTS = """
 import json, sys
 from pyinfra.api import State
 from pyinfra.context import ctx_state
 from pyinfra_cli.inventory import make_inventory
 with ctx_state.use(State()):
     inventory = make_inventory(sys.argv[1])
-json.dump([host.name for host in inventory], sys.stdout)
+    hosts = [
+        {"name": host.name, "groups": list(host.groups), "data": host.data.dict()}
+        for host in inventory
+    ]
+json.dump(hosts, sys.stdout, default=repr)
 """
 
 
-def inventory_order(inventory: str) -> list[str]:
-    """The inventory's host names in its own order, read by pyinfra's loader in a child
-    process (loading pyinfra's CLI patches the interpreter for gevent)."""
+@dataclass(frozen=True)
+class InventoryEntry:
+    """One host as the inventory file declares it: name, groups, merged host data."""
+
+    name: str
+    groups: tuple[str, ...]
+    data: Mapping[str, Any]
+
+
+def inventory_hosts(inventory: str) -> list[InventoryEntry]:
+    """The inventory's hosts in its own order, read by pyinfra's loader in a child process
+    (loading pyinfra's CLI patches the interpreter for gevent)."""
     import json
 
-    done = _run([sys.executable, "-c", _INVENTORY_ORDER, inventory])
+    done = _run([sys.executable, "-c", _INVENTORY_HOSTS, inventory])
     if done.returncode != 0:
         raise RuntimeError(f"cannot read the inventory {inventory}: {_tail(done.stderr)}")
-    return [str(name) for name in json.loads(done.stdout)]
+    return [
+        InventoryEntry(
+            name=str(entry["name"]),
+            groups=tuple(str(g) for g in entry.get("groups") or ()),
+            data=dict(entry.get("data") or {}),
+        )
+        for entry in json.loads(done.stdout)
+    ]
+
+
+def in_limit(entry: InventoryEntry, limit: Sequence[str]) -> bool:
+    """Whether ``--limit`` keeps the host: pyinfra's rule, a glob on its name or a group's."""
+    from fnmatch import fnmatch
+
+    if not limit:
+        return True
+    return any(fnmatch(name, pattern) for pattern in limit for name in (entry.name, *entry.groups))
 
 
 def _safe(name: str) -> str:
