@@ -11,6 +11,13 @@ then write the risk register once for the whole run.
 pyinfra runs an operation on all hosts (in parallel) before starting the next, which is what
 makes step 2 see the whole fleet.
 
+When no host connects, pyinfra stops ("No hosts remaining!") before it loads the deploy, so
+step 2 never runs; nor does it when ``gpuaudit audit`` is interrupted and stops pyinfra. For
+those runs ``gpuaudit audit`` starts :func:`close_run_main` in a second pyinfra process, which
+loads the same inventory with the same options, gives every host without a snapshot one (its
+connection error, or ``not_audited``) and writes the register as step 2 does
+(:func:`account_for_hosts` and :func:`write_run_register` serve both).
+
 Settings come from the environment so the same deploy file serves prod and the demo:
 ``GPUAUDIT_RUN_DIR`` (use exactly this run directory), else ``GPUAUDIT_REPORTS_DIR`` (default
 ``reports``) and ``GPUAUDIT_RUN_ID`` (default: UTC time) name a new one; ``GPUAUDIT_TIMEOUT``
@@ -23,14 +30,21 @@ the run directory as policy.yaml so ``gpuaudit report`` judges the run the same 
 
 from __future__ import annotations
 
+import contextlib
+import io
 import logging
 import os
+import sys
 import time
+from collections.abc import Sequence
 from datetime import datetime, timezone
+from pathlib import Path
 from typing import Any
 
+import click
+from gevent.pool import Pool
 from pyinfra import logger
-from pyinfra.api.exceptions import ConnectError
+from pyinfra.api.exceptions import ConnectError, PyinfraError
 from pyinfra.api.host import Host
 from pyinfra.api.state import State
 from pyinfra.context import ctx_state
@@ -39,10 +53,15 @@ from pyinfra.operations import python
 from gpuaudit.collect import new_nonce
 from gpuaudit.facts.gpu import GpuAuditSections
 from gpuaudit.model.build import build_snapshot, failed_snapshot
-from gpuaudit.model.status import connection_failed_snapshot, timed_out_snapshot
+from gpuaudit.model.status import (
+    connection_failed_snapshot,
+    not_audited_snapshot,
+    timed_out_snapshot,
+)
 from gpuaudit.parsers.bundle import Bundle
 from gpuaudit.policy import Policy, PolicyError, load_policy
-from gpuaudit.report.run import RunDir, new_run_dir
+from gpuaudit.report.provenance import pyinfra_scope, record_provenance
+from gpuaudit.report.run import RunDir, RunEnd, new_run_dir, os_error_text
 from gpuaudit.rules.policy_defaults import policy_keys
 
 # Inventory data copied into snapshots. Only these keys: host data also holds connection
@@ -93,10 +112,15 @@ def current_run() -> RunDir:
     if key not in _runs and os.environ.get("GPUAUDIT_RUN_DIR"):
         _runs[key] = RunDir(os.environ["GPUAUDIT_RUN_DIR"])
     if key not in _runs:
-        _runs[key] = new_run_dir(
-            os.environ.get("GPUAUDIT_REPORTS_DIR", "reports"),
-            os.environ.get("GPUAUDIT_RUN_ID") or None,
-        )
+        reports = os.environ.get("GPUAUDIT_REPORTS_DIR") or "reports"
+        try:
+            _runs[key] = new_run_dir(reports, os.environ.get("GPUAUDIT_RUN_ID") or None)
+        except ValueError as error:  # GPUAUDIT_RUN_ID that is no plain directory name
+            raise PyinfraError(f"gpuaudit: GPUAUDIT_RUN_ID: {error}") from None
+        except OSError as error:
+            raise PyinfraError(
+                f"gpuaudit: cannot create a run directory in {reports}: {os_error_text(error)}"
+            ) from None
         logger.info(f"--> gpuaudit run directory: {_runs[key].path}")
     return _runs[key]
 
@@ -104,15 +128,25 @@ def current_run() -> RunDir:
 def current_policy() -> Policy | None:
     """The run's site policy (GPUAUDIT_POLICY), read once and copied into the run directory.
 
-    A policy with mistakes raises PolicyError here, while the deploy is being prepared: better
-    no audit than a register judged by half a policy.
+    A policy with mistakes stops the deploy here, while it is being prepared, with pyinfra's
+    one-line error (a PyinfraError naming the file, line and column): better no audit than a
+    register judged by half a policy. It is read before the run directory is made, so a run
+    refused for its policy leaves no directory behind.
     """
     key = id(ctx_state.get())
     if key not in _policies:
-        path = policy_path(ctx_state.get())
-        policy = load_policy(path) if path else None
+        try:
+            path = policy_path(ctx_state.get())
+            policy = load_policy(path) if path else None
+        except PolicyError as error:
+            raise PyinfraError(f"gpuaudit: the site policy cannot be used: {error}") from None
         if policy is not None:
-            copied = policy.copy_to(current_run().path)
+            try:
+                copied = policy.copy_to(current_run().path)
+            except OSError as error:
+                raise PyinfraError(
+                    f"gpuaudit: cannot keep the policy in the run: {os_error_text(error)}"
+                ) from None
             logger.info(f"--> gpuaudit policy: {path} (copied to {copied})")
         _policies[key] = policy
     return _policies[key]
@@ -139,7 +173,9 @@ def collection_timeouts() -> tuple[int, int]:
 
 
 def collect_host(state: State, host: Host, run: RunDir) -> None:
-    """Collect one host and write its snapshot. Never raises: a sick host is a finding."""
+    """Collect one host and write its snapshot. Never raises: a sick host is a finding, and a
+    snapshot that cannot be written is one error line (the host stays in the run, so that the
+    register step still runs and says what it can)."""
     host_data = host_data_for_snapshot(host)
     started = _now()
     timeout, tool_timeout = collection_timeouts()
@@ -180,7 +216,15 @@ def collect_host(state: State, host: Host, run: RunDir) -> None:
             host_data=host_data,
             collected_at=started,
         )
-    path = run.write_snapshot(snapshot)
+    try:
+        path = run.write_snapshot(snapshot)
+    except OSError as error:  # a full or read-only reports directory: say so, once, per host
+        host.log_styled(
+            f"gpuaudit: cannot write the snapshot in {run.hosts_dir}: {os_error_text(error)}",
+            fg="red",
+            log_func=logger.error,
+        )
+        return
     logger.info(f"{host.print_prefix}gpuaudit snapshot: {snapshot.status.value} → {path}")
 
 
@@ -199,52 +243,94 @@ def _retry_connect(other: Host) -> str | None:
     return None
 
 
-def write_register(state: State, host: Host, run: RunDir, policy: Policy | None = None) -> None:
-    """Account for every inventory host, then write the register and the page.
+def _retry_connects(state: State, hosts: Sequence[Host]) -> dict[Host, str | None]:
+    """:func:`_retry_connect` for each host, as many at a time as pyinfra connects (a pool of
+    its own: the caller may hold a slot of pyinfra's)."""
+    if not hosts:
+        return {}
+    pool = Pool(max(1, min(len(hosts), state.config.PARALLEL or len(hosts))))
+    greenlets = {other: pool.spawn(_retry_connect, other) for other in hosts}
+    pool.join()
+    return {other: greenlet.get() for other, greenlet in greenlets.items()}
 
-    Hosts that failed to connect get one more attempt: a host that answers now is collected,
-    the others are written as unreachable, or auth_failed when the host refused the login,
-    with the connection error.
+
+def account_for_hosts(state: State, run: RunDir, end: RunEnd | None = None) -> None:
+    """Give every host of the run (the inventory within --limit) that has no snapshot yet one
+    that says why, so that no host is missing from the register.
+
+    ``end`` is how the run ended when pyinfra did not get to write the register. Stopped by a
+    signal, each such host is not audited. Otherwise a host that connected has failed before
+    its collection finished, and a host that did not gets one more connection attempt (all at
+    once): those that fail are written as unreachable, or auth_failed when the host refused the
+    login, with the connection error; one that answers now is collected, or, when the run has
+    ended already (``end``), not audited.
     """
     collected = {s.host for s in run.load_snapshots()}
-    for other in state.inventory:
-        if other.name in collected or not state.is_host_in_limit(other):
-            continue
+    missing = [h for h in state.inventory if state.is_host_in_limit(h) and h.name not in collected]
+    if end is not None and end.signal is not None:
+        for other in missing:
+            snapshot = not_audited_snapshot(
+                other.name, end.not_audited_detail, host_data=host_data_for_snapshot(other)
+            )
+            run.write_snapshot(snapshot)
+        return
+    for other in (h for h in missing if h.connected):
+        run.write_snapshot(
+            failed_snapshot(
+                other.name,
+                "the host failed before its collection finished",
+                host_data=host_data_for_snapshot(other),
+                collected_at=_now(),
+            )
+        )
+    retried = _retry_connects(state, [h for h in missing if not h.connected])
+    for other, error in retried.items():
         host_data = host_data_for_snapshot(other)
-        if other.connected:
-            run.write_snapshot(
-                failed_snapshot(
-                    other.name,
-                    "the host failed before its collection finished",
-                    host_data=host_data,
-                    collected_at=_now(),
-                )
-            )
-            continue
-        error = _retry_connect(other)
-        if error is None:
+        if error is not None:
+            snapshot = connection_failed_snapshot(other.name, error, host_data=host_data)
+        elif end is None:
             collect_host(state, other, run)
+            continue
         else:
-            run.write_snapshot(
-                connection_failed_snapshot(
-                    other.name, error, host_data=host_data, collected_at=_now()
-                )
-            )
+            snapshot = not_audited_snapshot(other.name, end.not_audited_detail, host_data=host_data)
+        run.write_snapshot(snapshot)
+
+
+def write_run_register(run: RunDir, policy: Policy | None) -> Path:
+    """Write the register and its views from the run's snapshots; return index.html."""
+    record_provenance(run.path, pyinfra_scope(), policy)  # inventory, --limit, who, versions
     # Set by `gpuaudit audit --previous/--fail-on`; unset, trends use the newest earlier run.
-    index = run.write_report(
+    return run.write_report(
         run.load_snapshots(),
         policy=policy,
         previous=os.environ.get("GPUAUDIT_PREVIOUS") or None,
         fail_on=os.environ.get("GPUAUDIT_FAIL_ON") or None,
     )
+
+
+def write_register(state: State, host: Host, run: RunDir, policy: Policy | None = None) -> bool:
+    """Account for every inventory host (:func:`account_for_hosts`), then write the register
+    and the page. A reports directory that cannot take them is one error line, not a
+    traceback (and the operation fails)."""
+    try:
+        account_for_hosts(state, run)
+        index = write_run_register(run, policy)
+    except OSError as error:
+        host.log_styled(
+            f"gpuaudit: cannot write the register in {run.path}: {os_error_text(error)}",
+            fg="red",
+            log_func=logger.error,
+        )
+        return False
     logger.info(f"--> gpuaudit risk register: {index}")
     print(f"gpuaudit report: {index}")
+    return True
 
 
 def audit() -> None:
     """Queue the audit for the current host (call from a deploy file)."""
+    policy = current_policy()  # first: a policy that cannot be used leaves no run directory
     run = current_run()
-    policy = current_policy()
     python.call(
         name="gpuaudit: collect every audit section (one remote command)",
         function=collect_host,
@@ -257,3 +343,70 @@ def audit() -> None:
         policy=policy,
         _run_once=True,
     )
+
+
+# --- the register of a run pyinfra ended early (`gpuaudit audit` runs this after pyinfra) ------
+
+# The operation pyinfra is given in `gpuaudit audit`'s command line: audit() above.
+AUDIT_OPERATION = f"{__name__}.audit"
+
+
+def close_run_main(argv: Sequence[str]) -> int:
+    """Write the register of a run that pyinfra ended before writing it: every host connection
+    failed ("No hosts remaining!", where pyinfra stops before any operation), --fail-percent
+    was reached, or ``gpuaudit audit`` was interrupted and stopped pyinfra.
+
+    ``argv``: a :class:`RunEnd` word, then the pyinfra command line of the run (its options,
+    the inventory and :data:`AUDIT_OPERATION`). The inventory is loaded by pyinfra's own
+    command (as ``pyinfra … debug-inventory`` does, connecting nothing), so --limit, --data
+    and the other options mean what they meant to the run. Returns 0 when the register was
+    written, 2 (after one line on stderr) when it could not be.
+    """
+    end = RunEnd.from_arg(argv[0])
+    pyinfra_argv = list(argv[1:])
+    sys.argv = ["pyinfra", *pyinfra_argv]  # the run's command line, for its provenance
+    state = _inventory_state(pyinfra_argv)
+    if state is None:
+        return 2
+    logger.setLevel(logging.WARNING)  # pyinfra said its part; "Connected" again is noise
+    try:
+        policy = current_policy()
+        run = current_run()
+        account_for_hosts(state, run, end)
+        write_run_register(run, policy)
+    except PyinfraError as error:
+        print(error, file=sys.stderr)
+        return 2
+    except OSError as error:
+        print(f"gpuaudit: cannot write the register: {os_error_text(error)}", file=sys.stderr)
+        return 2
+    finally:
+        for other in state.inventory:
+            if other.connected:
+                other.disconnect()
+    return 0
+
+
+def _inventory_state(pyinfra_argv: list[str]) -> State | None:
+    """pyinfra's state for a run's command line, built by pyinfra's command up to where it
+    would connect to the hosts; None (after one line on stderr) when pyinfra refuses it."""
+    from pyinfra_cli.cli import cli  # the caller imported pyinfra_cli first (gevent)
+
+    args = [a for a in pyinfra_argv if a != AUDIT_OPERATION]
+    chatter = io.StringIO()  # pyinfra's log lines and the inventory listing
+    try:
+        with contextlib.redirect_stdout(chatter), contextlib.redirect_stderr(chatter):
+            cli.main([*args, "debug-inventory"], "pyinfra", standalone_mode=False)
+    except SystemExit:
+        pass  # how pyinfra's command ends after debug-inventory
+    except click.ClickException as error:
+        # pyinfra's own errors keep what went wrong as .exception (an inventory that does not
+        # load); click's (an option pyinfra does not know) are their message.
+        cause = getattr(error, "exception", None)
+        problem = f"{type(cause).__name__}: {cause}" if cause is not None else str(error)
+        print(f"gpuaudit: pyinfra refused the run's inventory: {problem}", file=sys.stderr)
+        return None
+    if not ctx_state.isset():
+        print("gpuaudit: pyinfra loaded no inventory", file=sys.stderr)
+        return None
+    return ctx_state.get()

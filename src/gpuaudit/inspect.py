@@ -5,12 +5,13 @@ file is recognised by the marks its format always prints (the ``NVSMI LOG`` bann
 ``--query-gpu`` header, the ``GPU instances:`` title, ...), then handed to the parser for that
 kind; the result is the parser's own data as JSON. Files are read as bytes and decoded as UTF-8
 with replacement, since host output is not always valid UTF-8, and every failure becomes an
-``error`` entry rather than an exception.
+``error`` entry rather than an exception. At most :data:`~gpuaudit.parsers.limits.INPUT_BYTES`
+of a file are read (``/dev/zero`` and a runaway log included): the entry of a longer file says
+where it was cut (``truncated_at``), and its parse or its error is of that first part.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import re
 from collections.abc import Callable
@@ -18,11 +19,13 @@ from pathlib import Path
 from typing import Any
 
 from gpuaudit.model.build import build_snapshot
+from gpuaudit.model.jsonable import to_jsonable as model_to_jsonable
 from gpuaudit.model.snapshot import HostSnapshot
 from gpuaudit.parsers.amd_smi import parse_amd_smi_json
 from gpuaudit.parsers.bundle import parse_bundle_text
 from gpuaudit.parsers.errors import ParseError
 from gpuaudit.parsers.kernel_log import parse_kernel_log
+from gpuaudit.parsers.limits import INPUT_BYTES, utf8_prefix
 from gpuaudit.parsers.mig import (
     parse_mig_created,
     parse_mig_instances,
@@ -59,6 +62,9 @@ _CSV_FIELD = re.compile(r"^[a-z][A-Za-z0-9_.]*(?:\s*\[[^\]]*\])?$")
 _CSV_KNOWN = frozenset({"name", "gpu_name", "uuid", "gpu_uuid", "pci.bus_id", "gpu_bus_id"})
 _TOPO_HEADER = re.compile(r"^\s*GPU0(?:\s|$)")
 _KERNEL = re.compile(r"NVRM: |\bX[iI][dD] \(|\bSXid \(|fallen off the bus")
+# Plain substrings one of which every _KERNEL match holds: a fast test first, since that
+# regex crawls through tens of MiB of text that is no log.
+_KERNEL_HINTS = ("NVRM: ", "d (", "D (", "fallen off the bus")
 # Titles of the MIG listings, checked in this order ("GPU instance profiles:" before
 # "GPU instances:" would not matter, but compute listings name their GPU instances too).
 _MIG_TITLES = (
@@ -184,7 +190,7 @@ def _line_kind(text: str) -> str:
             except ParseError:
                 continue
             return kind
-    if _KERNEL.search(text):
+    if any(hint in text for hint in _KERNEL_HINTS) and _KERNEL.search(text):
         return "kernel-log"
     return UNKNOWN
 
@@ -197,30 +203,45 @@ def inspect_text(text: str) -> tuple[str, Any]:
     return kind, to_jsonable(PARSERS[kind](text))
 
 
-def inspect_file(path: str | Path) -> dict[str, Any]:
-    """``{"file", "kind", "parsed"}``, or ``{"file", "kind": "unknown", "error"}``."""
+def inspect_file(path: str | Path, max_bytes: int = INPUT_BYTES) -> dict[str, Any]:
+    """``{"file", "kind", "parsed"}``, or ``{"file", "kind": "unknown", "error"}``; with
+    ``truncated_at`` (bytes) where the file is longer than ``max_bytes`` and only its start
+    was read."""
     name = str(path)
     try:
-        text = Path(path).read_bytes().decode("utf-8", errors="replace")
+        raw, cut = _read_start(Path(path), max_bytes)
     except OSError as exc:
         return {"file": name, "kind": UNKNOWN, "error": f"cannot read: {exc.strerror or exc}"}
+    text = raw.decode("utf-8", errors="replace")
+    del raw
+    result: dict[str, Any] = {"file": name, "truncated_at": cut} if cut else {"file": name}
     try:
         kind, parsed = inspect_text(text)
     except ParseError as exc:
-        return {"file": name, "kind": UNKNOWN, "error": str(exc)}
+        return {**result, "kind": UNKNOWN, "error": _with_cut(str(exc), cut)}
     except Exception as exc:  # a parser bug must cost one file, not the whole listing
-        return {"file": name, "kind": UNKNOWN, "error": f"{type(exc).__name__}: {exc}"}
-    return {"file": name, "kind": kind, "parsed": parsed}
+        return {**result, "kind": UNKNOWN, "error": _with_cut(f"{type(exc).__name__}: {exc}", cut)}
+    return {**result, "kind": kind, "parsed": parsed}
+
+
+def _read_start(path: Path, max_bytes: int) -> tuple[bytes, int]:
+    """The first ``max_bytes`` of the file, and where it was cut (0: it was read whole)."""
+    with path.open("rb") as handle:
+        raw = handle.read(max_bytes)
+        if not handle.read(1):
+            return raw, 0
+    raw = utf8_prefix(raw)
+    return raw, len(raw)
+
+
+def _with_cut(error: str, cut: int) -> str:
+    if not cut:
+        return error
+    return f"{error} (the file is larger than {cut} bytes: only its first {cut} bytes were read)"
 
 
 def to_jsonable(value: Any) -> Any:
     """Parser results (dataclasses, tuples, dicts with int keys) as plain JSON values."""
     if hasattr(value, "to_dict"):
         return value.to_dict()
-    if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        return {f.name: to_jsonable(getattr(value, f.name)) for f in dataclasses.fields(value)}
-    if isinstance(value, dict):
-        return {str(k): to_jsonable(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [to_jsonable(v) for v in value]
-    return value
+    return model_to_jsonable(value)

@@ -29,6 +29,7 @@ def _evil_page() -> str:
     findings = [
         finding("GA301", Severity.CRITICAL, EVIL, message=f"XID 31 {IMG}", excerpt=KERNEL_LINE),
         finding("GA999", Severity.LOW, IMG, message=EVIL, category=IMG),
+        finding("GA998", Severity.LOW, EVIL, message=f"run `{EVIL}` then `{IMG}`", category="x"),
     ]
     snapshots = [host, healthy_host(IMG)]
     register = build_register(snapshots, findings, generated_at=GENERATED_AT, run_id="evil")
@@ -52,10 +53,17 @@ def test_hostile_host_text_stays_text(open_report: Callable[..., ReportPage]) ->
     evil = page.locator("details.host", has=page.locator(".host-name", has_text=EVIL))
     gpu_names = evil.locator("table.gpus tbody tr td:nth-child(2)").all_text_contents()
     assert gpu_names[0].startswith(EVIL) and gpu_names[1].startswith(IMG)
-    expect(evil.locator("table.xid td", has_text=KERNEL_LINE)).to_be_visible()
+    # The XID incident: its message, its unreadable time as printed, its raw line opened.
+    expect(evil.locator("table.xid td.wrap", has_text=KERNEL_LINE)).to_be_visible()
+    expect(evil.locator("table.xid td.nowrap", has_text=f"[ 1.0] {IMG}")).to_have_count(2)
+    expect(evil.locator("table.xid pre", has_text=KERNEL_LINE)).to_be_visible()
     expect(page.locator("tr.finding .excerpt pre", has_text=KERNEL_LINE)).to_be_visible()
     expect(page.locator(".risk-title", has_text=IMG)).to_have_count(1)  # as the category
     expect(page.get_by_text(f"XID 31 {IMG}", exact=True)).to_have_count(2)  # risk + host
+
+    # Backtick pairs in a message become code elements whose content stays text.
+    codes = page.locator("tr.finding code").all_text_contents()
+    assert codes.count(EVIL) == 1 and codes.count(IMG) == 1
 
     assert page.locator("img").count() == 0
     assert page.locator("script").count() == 2  # the page's data block and its own script

@@ -97,3 +97,40 @@ def test_audit_over_real_ssh(tmp_path, start_sshd, ssh_keygen, unused_port) -> N
     page = (run / "index.html").read_text()
     for name in hosts_by_name:
         assert name in page
+
+
+def test_audit_where_no_ssh_host_answers(tmp_path, ssh_keygen, unused_port) -> None:
+    """Every host down: pyinfra stops with "No hosts remaining!" before the deploy's end, and
+    `gpuaudit audit` still writes the register, each host with the connection's error."""
+    key = ssh_keygen(tmp_path / "key")
+    known = tmp_path / "known_hosts"
+    ports = {"gpu-a": unused_port(), "gpu-b": unused_port()}
+    hosts = [_ssh_host(name, port, "nobody", key, known) for name, port in ports.items()]
+    inventory = tmp_path / "inventory.py"
+    inventory.write_text(f"gpu_hosts = {hosts!r}\n")
+    reports = tmp_path / "reports"
+    result = subprocess.run(
+        [sys.executable, "-m", "gpuaudit.cli", "audit", str(inventory),
+         "--reports-dir", str(reports), "--run-id", "down"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )  # fmt: skip
+    output = result.stdout[-3000:] + result.stderr[-3000:]
+    assert result.returncode == 1, output
+    run = reports / "down"
+    for name in ("register.json", "index.html", "register.csv", "junit.xml", "gpuaudit.prom"):
+        assert (run / name).is_file(), (name, output)
+    register = json.loads((run / "register.json").read_text())
+    status = {h["name"]: (h["status"], h["status_detail"]) for h in register["hosts"]}
+    assert set(status) == {"gpu-a", "gpu-b"}
+    for name, (state, detail) in status.items():
+        assert state == "unreachable", (name, detail)
+        # The connection's own error, from the controller's second attempt.
+        assert "Could not connect" in detail and f"port {ports[name]}" in detail, detail
+    assert {(f["rule"], f["host"]) for f in register["findings"]} == {
+        ("GA001", "gpu-a"),
+        ("GA001", "gpu-b"),
+    }
+    assert "no host could be audited" in result.stderr

@@ -73,3 +73,51 @@ def test_fixed_fault_resolves_and_waivers_expire(tmp_path: Path) -> None:
     risks = {r["id"]: r for r in _register(tmp_path, "run3")["risks"]}
     assert risks["GA401"]["status"] == "open"
     assert risks["GA401"]["waiver_expired"] is True
+
+
+LIMITED_FLEET = ("@sim/t4-01", "@sim/t4-02", "@sim/p100-01")
+
+
+def test_a_limit_run_between_full_runs_changes_nothing(tmp_path: Path) -> None:
+    """A --limit audit between two full audits of unchanged hosts: no risk is resolved or new,
+    the hosts left out are "not in scope", and each register records how it was made."""
+    inventory = tmp_path / "inventory.py"
+    inventory.write_text(f"hosts = {list(LIMITED_FLEET)!r}\n")
+    (tmp_path / "site.yaml").write_text(POLICY.format(expires="2099-12-31"))
+    policy = ("--policy", str(tmp_path / "site.yaml"))
+    runs = ("20261101T000000Z", "20261102T000000Z", "20261103T000000Z")
+    for run_id, extra in zip(runs, ((), ("--limit", "@sim/t4-01"), ()), strict=True):
+        result = _audit(tmp_path, run_id, *extra, *policy)
+        assert result.returncode == 0, result.stderr[-2000:]
+    full = {r["id"] for r in _register(tmp_path, runs[0])["risks"]}
+    assert {"GA602", "GA106", "GA601:net.core.wmem_max"} <= full
+
+    limited = _register(tmp_path, runs[1])
+    trends = limited["trends"]
+    assert trends["previous_run_id"] == runs[0]
+    assert trends["new"] == [] and trends["resolved"] == [] and trends["unverified"] == []
+    assert trends["hosts_removed"] == ["@sim/p100-01", "@sim/t4-02"]
+    assert {"GA602", "GA106"} <= {r["id"] for r in trends["risks_not_in_scope"]}
+    provenance = limited["provenance"]
+    assert provenance["scope"] == {
+        "source": "inventory",
+        "inventory": str(inventory),
+        "limit": ["@sim/t4-01"],
+        "exclude": [],
+        "bundles": [],
+    }
+    assert provenance["policy"]["path"] == str(tmp_path / "site.yaml")
+    assert len(provenance["policy"]["sha256"]) == 64
+    assert provenance["pyinfra_version"] and provenance["operator"].count("@") == 1
+    command = provenance["command"]  # the pyinfra command line that collected the hosts
+    assert command[0] == "pyinfra" and str(inventory) in command
+    assert any(arg.startswith("--limit") for arg in command)
+    page = (tmp_path / "reports" / runs[1] / "index.html").read_text()
+    assert "About this run" in page and "--limit @sim/t4-01" in page
+
+    # The next full run is compared with the full run before the --limit run.
+    trends = _register(tmp_path, runs[2])["trends"]
+    assert trends["previous_run_id"] == runs[0]
+    assert trends["new"] == [] and trends["resolved"] == []
+    assert trends["hosts_added"] == [] and trends["hosts_removed"] == []
+    assert set(trends["persisting"]) == full

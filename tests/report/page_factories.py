@@ -1,19 +1,34 @@
-"""Registers for the page tests: hand-set risks, waivers, checklists and trends.
+"""Registers for the page tests: hand-set risks, waivers, checklists and trends, and pages of
+simulated demo hosts.
 
-The page must render whatever a register holds, so these registers are written out in the
-register's documented shapes here rather than produced by the rules, the site policy or a
-previous run.
+The page must render whatever a register holds, so the hand-set registers are written out in
+the register's documented shapes here rather than produced by the rules, the site policy or a
+previous run. :func:`demo_page` is the other half: demo hosts (gpuaudit.sim, built from real
+captures) collected by the real collector script, audited by the rules, rendered as one page,
+so what the page shows is checked against what a real snapshot holds.
 """
 
 from __future__ import annotations
 
+import sys
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from report_factories import EVIL, GENERATED_AT, finding, healthy_host, unreachable_host
 
+from gpuaudit.model.build import build_snapshot
 from gpuaudit.model.snapshot import HostSnapshot
+from gpuaudit.report.html import render_html
 from gpuaudit.report.register import build_register
+from gpuaudit.rules import evaluate
 from gpuaudit.rules.base import Finding, Owner, Severity
+from gpuaudit.sim.host import materialize
+from gpuaudit.sim.profiles import PROFILES, expected_gpu_count
+
+# The simulator tests' helper runs the collector "on" a simulated host.
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "sim"))
+from simhelpers import collect
 
 WAIVER_REASON = "Vendor RMA open, case 4711"
 EXPIRED_REASON = "Accepted until the Q3 maintenance window"
@@ -143,4 +158,38 @@ def full_register(
     return register, snapshots
 
 
-__all__ = ["EVIL", "EXPIRED_REASON", "WAIVER_REASON", "fleet_and_findings", "full_register"]
+@dataclass(frozen=True)
+class DemoPage:
+    snapshots: dict[str, HostSnapshot]
+    register: dict[str, Any]
+    html: str
+
+
+def demo_snapshot(name: str, sim_dir: Path) -> HostSnapshot:
+    """One demo host, collected by the real collector script and parsed as an audit does."""
+    bundle = collect(materialize(name, name, sim_dir))
+    host_data = {"expected_gpu_count": expected_gpu_count(PROFILES[name])}
+    return build_snapshot(name, bundle, host_data=host_data, collected_at=GENERATED_AT)
+
+
+def demo_page(names: tuple[str, ...], sim_dir: Path) -> DemoPage:
+    """The demo hosts ``names`` audited by the rules (default policy) and rendered as a page."""
+    snapshots = [demo_snapshot(name, sim_dir) for name in names]
+    register = build_register(
+        snapshots, evaluate(snapshots), generated_at=GENERATED_AT, run_id="demo"
+    )
+    return DemoPage(
+        {snap.host: snap for snap in snapshots}, register, render_html(register, snapshots)
+    )
+
+
+__all__ = [
+    "EVIL",
+    "EXPIRED_REASON",
+    "WAIVER_REASON",
+    "DemoPage",
+    "demo_page",
+    "demo_snapshot",
+    "fleet_and_findings",
+    "full_register",
+]

@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 from report_factories import GENERATED_AT, finding, healthy_host, unreachable_host
 
+from gpuaudit.cli import print_summary
 from gpuaudit.report.junit import render_junit
 from gpuaudit.report.outputs import (
     CSV_COLUMNS,
@@ -24,13 +25,21 @@ from gpuaudit.report.outputs import (
 )
 from gpuaudit.report.register import build_register
 from gpuaudit.report.run import RunDir
-from gpuaudit.rules.base import Evidence, Severity
+from gpuaudit.rules.base import Evidence, Outcome, RuleOutcome, Severity
 
 HOSTILE = 'gpu"01\\x\nnext="1"} 99 <b>&amp;|`@here'
-CATALOGUE = [
-    ("GA001", "Host could not be audited", True),
-    ("GA301", "Title of GA301", False),
-    ("GA601", "Title of GA601", False),
+GONE = "the host was not audited (unreachable: No route to host)"
+# What the rules concluded on the fixture's hosts (rules.assess gives these for real hosts).
+OUTCOMES = [
+    RuleOutcome("GA001", HOSTILE, Outcome.PASS),
+    RuleOutcome("GA301", HOSTILE, Outcome.FAIL, findings=1),
+    RuleOutcome("GA601", HOSTILE, Outcome.PASS),
+    RuleOutcome("GA001", "h1", Outcome.PASS),
+    RuleOutcome("GA301", "h1", Outcome.FAIL, findings=1),
+    RuleOutcome("GA601", "h1", Outcome.FAIL, findings=1),
+    RuleOutcome("GA001", "gone", Outcome.FAIL, findings=1),
+    RuleOutcome("GA301", "gone", Outcome.NOT_EVALUATED, GONE),
+    RuleOutcome("GA601", "gone", Outcome.NOT_EVALUATED, GONE),
 ]
 
 
@@ -63,7 +72,12 @@ def register() -> dict[str, Any]:
     ]
     snapshots = [healthy_host(HOSTILE), healthy_host("h1"), unreachable_host("gone")]
     return build_register(
-        snapshots, findings, generated_at=GENERATED_AT, run_id="r1", policy=WaiveGA601()
+        snapshots,
+        findings,
+        generated_at=GENERATED_AT,
+        run_id="r1",
+        policy=WaiveGA601(),
+        outcomes=OUTCOMES,
     )
 
 
@@ -86,7 +100,7 @@ def test_csv_round_trips_and_neutralises_formulas(register: dict[str, Any]) -> N
 
 
 def test_junit_is_valid_and_gates_on_the_threshold(register: dict[str, Any]) -> None:
-    root = ET.fromstring(render_junit(register, fail_on="high", catalogue=CATALOGUE))
+    root = ET.fromstring(render_junit(register, fail_on="high"))
     assert root.tag == "testsuites"
     suites = {s.get("name"): s for s in root.findall("testsuite")}
     assert set(suites) == {HOSTILE, "h1", "gone"}
@@ -94,10 +108,12 @@ def test_junit_is_valid_and_gates_on_the_threshold(register: dict[str, Any]) -> 
     def cases(host: str) -> dict[str, ET.Element]:
         return {c.get("name", "").split()[0]: c for c in suites[host].findall("testcase")}
 
-    # A collected host gets every rule; the unreachable one only the rule that ran for it.
+    # Every rule with an outcome is a testcase; on the unreachable host the others are skipped.
     assert set(cases("h1")) == {"GA001", "GA301", "GA601"}
-    assert set(cases("gone")) == {"GA001"}
+    assert set(cases("gone")) == {"GA001", "GA301", "GA601"}
     assert cases("gone")["GA001"].find("failure") is not None
+    not_run = cases("gone")["GA301"].find("skipped")
+    assert not_run is not None and not_run.get("message") == f"not evaluated: {GONE}"
     hostile = cases(HOSTILE)["GA301"].find("failure")
     assert hostile is not None and hostile.get("type") == "high"
     assert "@SUM(A1)" in (hostile.get("message") or "")
@@ -109,9 +125,9 @@ def test_junit_is_valid_and_gates_on_the_threshold(register: dict[str, Any]) -> 
     assert skipped is not None and "ticket <OPS-1> & co" in (skipped.get("message") or "")
     assert "2027-01-31" in (skipped.get("message") or "")
     assert suites["h1"].get("tests") == "3" and suites["h1"].get("skipped") == "1"
-    assert (root.get("tests"), root.get("failures"), root.get("skipped")) == ("7", "2", "1")
+    assert (root.get("tests"), root.get("failures"), root.get("skipped")) == ("9", "2", "3")
 
-    everything = ET.fromstring(render_junit(register, catalogue=CATALOGUE))
+    everything = ET.fromstring(render_junit(register))
     assert everything.get("failures") == "3"  # without a threshold every open finding fails
 
 
@@ -187,11 +203,33 @@ def test_markdown_summary(register: dict[str, Any]) -> None:
     assert "## Top risks" in text and "GA301" in text
     assert "- gone: unreachable" in text
     assert "Pre-production checklist" in text
+    assert "Rules on hosts: 4 failed, 3 passed, 2 not evaluated (data missing)" in text
     assert "No previous run to compare with." in text
     # Host output cannot open HTML, break a table row or start a new line.
     assert "<b>" not in text and "\\<b\\>" in text
     assert HOSTILE not in text
     assert md("a|b\nc") == "a\\|b c"
+
+
+def test_markdown_does_not_count_info_findings_as_open_risks() -> None:
+    findings = [finding("GA801", Severity.INFO, "h1", gpu_index=None, message="70B fits")]
+    text = render_markdown(build_register([healthy_host("h1")], findings, run_id="r2"))
+    assert "1 risks (0 open, 0 waived, 1 informational)" in text
+    assert "| info | 1 | 0 |" in text
+    assert "No open risks." in text and "GA801" not in text.split("## Top risks", 1)[1]
+
+
+def test_terminal_summary_leaves_info_out_of_open_risks(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    findings = [
+        finding("GA801", Severity.INFO, "h1", gpu_index=None, message="70B fits"),
+        finding("GA304", Severity.HIGH, "h1"),
+    ]
+    print_summary(build_register([healthy_host("h1")], findings), RunDir(tmp_path))
+    out = capsys.readouterr().out
+    assert "gpuaudit: 1 open risk: 1 high" in out
+    assert "GA304" in out and "GA801" not in out
 
 
 def test_write_report_writes_every_view(tmp_path: Path, register: dict[str, Any]) -> None:

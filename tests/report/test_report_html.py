@@ -1,12 +1,16 @@
 from __future__ import annotations
 
 import base64
+import dataclasses
 import hashlib
 import json
 import re
 from html.parser import HTMLParser
+from pathlib import Path
 from typing import Any
 
+import pytest
+from page_factories import DemoPage, demo_page
 from report_factories import (
     EVIL,
     GENERATED_AT,
@@ -16,11 +20,22 @@ from report_factories import (
     unreachable_host,
 )
 
-from gpuaudit.model.snapshot import HostSnapshot, XidEvent
+from gpuaudit.model.snapshot import HostSnapshot
+from gpuaudit.parsers.kernel_log import parse_kernel_log
 from gpuaudit.report.html import json_for_script, page_script, render_html
 from gpuaudit.report.register import build_register
-from gpuaudit.report.views import timestamp_key, xid_view
+from gpuaudit.report.xid_timeline import (
+    MAX_RAW_LINES,
+    LogTime,
+    log_time,
+    timestamp_key,
+    xid_view,
+)
 from gpuaudit.rules.base import Finding, Severity
+
+KERNEL_LOGS = Path(__file__).resolve().parents[1] / "fixtures" / "kernel-log"
+# Demo hosts whose snapshots hold the evidence these tests look for (inventory/demo.py).
+DEMO_HOSTS = ("a100-hgx-02", "a100-hgx-05", "a10g-01", "rtx4000ada-01", "v100-02", "p100-01")
 
 
 def _page(snapshots: list[HostSnapshot], findings: list[Finding]) -> str:
@@ -117,13 +132,14 @@ def test_host_sections_carry_inventory_topology_and_xid_timeline(
     # Hosts with the same layout share one topology entry.
     assert _data(page)["hosts"][0]["topology"] == host["topology"] == 0
     assert _data(page)["hosts"][2]["topology"] is None  # unreachable
-    topology = _data(page)["topologies"][host["topology"]]
+    topology = _data(page)["shared"]["topology"][host["topology"]]
     assert topology["rows"][0]["cells"][1] == ["NV18", "nvlink"]
     assert topology["legend"] == [["NIC0", "mlx5_0"]]
     assert topology["rows"][0]["cpu"] == "0-47"
-    # Timeline in time order: uptime 49 s (XID 13) before 200 s (XID 79).
-    messages = [e["message"] for e in host["xid"]["events"]]
-    assert messages == ["Graphics SM Warp Exception", "GPU has fallen off the bus."]
+    # Incidents in time order: uptime 49 s (XID 13) before 200 s (XID 79).
+    incidents = host["xid"]["incidents"]
+    assert [(i["what"], i["gpu"]) for i in incidents] == [("XID 13", "GPU 0"), ("XID 79", "GPU 1")]
+    assert incidents[1]["message"] == "GPU has fallen off the bus."
     findings = [_data(page)["findings"][i] for i in host["findings"]]
     assert [f["rule"] for f in findings] == ["GA301"]
 
@@ -246,18 +262,82 @@ def test_timestamp_ordering_across_formats() -> None:
     assert timestamp_key("[   49.261458]") < timestamp_key("[14328.198496]")
     assert timestamp_key("Nov 29 11:28:11") < timestamp_key("Nov 29 11:28:12")
     assert timestamp_key(None)[0] == timestamp_key("garbage")[0] == 3
+    # Stamps past what a clock can hold sort with the unreadable ones and keep their text.
+    for stamp in ("[" + "9" * 400 + "]", "0001-01-01T00:00:00+01:00", "2025-02-30T00:00:00Z"):
+        assert log_time(stamp) == LogTime(3, 0.0, "none", stamp)
 
 
-def test_xid_flood_is_capped_but_counted() -> None:
-    events = [
-        XidEvent("xid", 13, "0000:18:00.0", f"e{i}", f"raw {i}", f"[{i:>6}.000000]", 0)
-        for i in range(650)
-    ]
+def _log_events(name: str) -> list[Any]:
+    return list(parse_kernel_log((KERNEL_LOGS / name).read_text(encoding="utf-8")))
+
+
+def test_xid_flood_becomes_incidents_with_capped_raw_lines() -> None:
+    events = _log_events("gpud-xid13-flood-629-lines-xid43.log")
     view = xid_view(events)
-    assert view["total"] == 650
-    assert len(view["events"]) == 200 and view["omitted"] == 450
-    assert view["events"][-1]["message"] == "e649"
-    assert view["summary"] == [{"kind": "xid", "code": "13", "count": 650, "gpus": "GPU 0"}]
+    assert view["total"] == len(events) == sum(i["count"] for i in view["incidents"])
+    assert [i["what"] for i in view["incidents"]] == ["XID 13", "XID 43"]
+    storm = view["incidents"][0]
+    assert storm["count"] > MAX_RAW_LINES
+    # The dmesg --time-format=iso stamps are wall-clock times, shown in UTC.
+    assert storm["first_seen"] == "2025-01-21 02:21:33 UTC"
+    lines = storm["raw"].splitlines()
+    assert len(lines) == MAX_RAW_LINES + 1  # the cap plus one line saying what was left out
+    xid13 = [e.raw for e in events if e.code == 13]
+    assert lines[0] == xid13[0] and lines[-1] == xid13[-1]
+    assert f"{storm['count'] - MAX_RAW_LINES} more lines" in storm["raw"]
+
+
+@pytest.mark.parametrize(
+    ("log", "what", "first", "last", "count"),
+    [
+        # dmesg -T: the host's local clock, year included.
+        (
+            "gpud-xid119-gsp-rpc-timeout-dell-xe9680.log",
+            "XID 119",
+            "2025-02-23 16:24:18 host clock",
+            "2025-02-23 16:30:13 host clock",
+            5,
+        ),
+        # journalctl -k / syslog: the host's clock without a year.
+        (
+            "issue-dxvk-1799-xid31-mmu-fault-journalctl-k-rtx2080.log",
+            "XID 31",
+            "Nov 29 11:28:11 host clock",
+            "Nov 29 11:28:11 host clock",
+            2,
+        ),
+        # Plain dmesg: seconds since boot, and nothing in the snapshot says when that was.
+        (
+            "issue-chia-gigahorse-301-xid31-ce2-priv-violation-xid62-xid45-dmesg.log",
+            "XID 31",
+            "3 h 58 min 48 s after boot",
+            "3 h 58 min 48 s after boot",
+            1,
+        ),
+        (
+            "issue-open-gpu-kernel-modules-363-xid31-chrome-gtx1660ti-no-timestamps.log",
+            "XID 31",
+            "—",
+            "—",
+            2,
+        ),
+    ],
+)
+def test_incident_times_say_which_clock_they_read(
+    log: str, what: str, first: str, last: str, count: int
+) -> None:
+    incident = xid_view(_log_events(log))["incidents"][0]
+    assert (incident["what"], incident["first_seen"], incident["last_seen"]) == (what, first, last)
+    assert incident["count"] == count
+
+
+def test_legacy_fallen_off_bus_lines_form_an_incident() -> None:
+    view = xid_view(_log_events("issue-bumblebee-554-legacy-gpu-fallen-off-bus-no-xid.log"))
+    assert [(i["what"], i["gpu"], i["count"]) for i in view["incidents"]] == [
+        ("GPU fell off the bus", "0000:01:00.0 (not a listed GPU)", 2)
+    ]
+    assert view["incidents"][0]["first_seen"] == "49.26 s after boot"
+    assert any("boot" in note for note in view["notes"])
 
 
 def test_unreachable_host_section_is_rendered() -> None:
@@ -265,3 +345,133 @@ def test_unreachable_host_section_is_rendered() -> None:
     section = page.split('id="host-1"', 1)[1].split("</details>", 1)[0]
     assert "gpu-z99" in section and "unreachable" in section
     assert "No route to host" in _data(page)["hosts"][0]["status_detail"]
+
+
+# --- the evidence of real (simulated demo) snapshots -------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def demo(tmp_path_factory: pytest.TempPathFactory) -> DemoPage:
+    return demo_page(DEMO_HOSTS, tmp_path_factory.mktemp("sim"))
+
+
+def _demo_host(demo: DemoPage, name: str) -> dict[str, Any]:
+    return next(h for h in _data(demo.html)["hosts"] if h["name"] == name)
+
+
+def _gpus(demo: DemoPage, name: str) -> list[dict[str, Any]]:
+    columns = _data(demo.html)["gpu_columns"]
+    return [dict(zip(columns, row, strict=True)) for row in _demo_host(demo, name)["gpus"]]
+
+
+def _shared(demo: DemoPage, name: str, kind: str) -> Any:
+    index = _demo_host(demo, name)[kind]
+    return None if index is None else _data(demo.html)["shared"][kind][index]
+
+
+def test_gpu_rows_carry_serial_inforom_and_uuid(demo: DemoPage) -> None:
+    snap = demo.snapshots["a100-hgx-02"]
+    rows = _gpus(demo, "a100-hgx-02")
+    assert len(rows) == len(snap.gpus) == 8
+    for row, gpu in zip(rows, sorted(snap.gpus, key=lambda g: g.index), strict=True):
+        assert gpu.serial and gpu.inforom_image and gpu.uuid
+        assert (row["serial"], row["inforom"], row["uuid"]) == (
+            gpu.serial,
+            gpu.inforom_image,
+            gpu.uuid,
+        )
+
+
+def test_a_pending_row_remap_is_not_shown_as_ok(demo: DemoPage) -> None:
+    gpu3 = next(g for g in demo.snapshots["a100-hgx-02"].gpus if g.index == 3)
+    assert gpu3.status == "ok" and gpu3.remapped_rows.pending  # what nvidia-smi says
+    rows = {row["index"]: row for row in _gpus(demo, "a100-hgx-02")}
+    assert rows[3]["status"] == "attention" and rows[3]["attention"]
+    assert any("row remap pending" in problem for problem in rows[3]["problems"])
+    assert [i for i, row in rows.items() if row["status"] != "ok"] == [3]
+
+
+def test_host_evidence_packages_services_sysctls_and_device_nodes(demo: DemoPage) -> None:
+    for name in ("a100-hgx-02", "p100-01"):
+        snap = demo.snapshots[name]
+        assert snap.packages and snap.services and snap.sysctls and snap.device_nodes
+        assert _shared(demo, name, "packages") == [
+            [p.name, p.version, p.held] for p in sorted(snap.packages, key=lambda p: p.name)
+        ]
+        assert _shared(demo, name, "services") == [
+            [s.name, s.active, s.enabled] for s in snap.services
+        ]
+        assert _shared(demo, name, "sysctls") == [[k, v] for k, v in sorted(snap.sysctls.items())]
+        assert _shared(demo, name, "device_nodes") == [
+            [d.path, d.mode, d.owner, d.group] for d in snap.device_nodes
+        ]
+    # p100-01's driver packages are not held; a100-hgx-02's are.
+    assert not any(held for _, _, held in _shared(demo, "p100-01", "packages"))
+    assert any(held for _, _, held in _shared(demo, "a100-hgx-02", "packages"))
+
+
+def test_nvlink_is_shown_per_link(demo: DemoPage) -> None:
+    snap = demo.snapshots["a100-hgx-02"]
+    assert snap.nvlink
+    nvlink = _shared(demo, "a100-hgx-02", "nvlink")
+    expected = [(g.gpu, link.link) for g in snap.nvlink for link in g.links]
+    assert len(expected) == 8 * 12
+    assert [(row[0], row[1]) for row in nvlink["rows"]] == expected
+    first = snap.nvlink[0].links[0]
+    assert nvlink["rows"][0][2:] == [
+        "active" if first.active else "inactive",
+        f"{first.speed_gb_s:g} GB/s",
+        first.replay_errors,
+        first.recovery_errors,
+        first.crc_errors,
+        "",  # no counters beyond the three named ones
+    ]
+    assert nvlink["summary"] == "96 links on 8 GPUs: 96 active, none with errors"
+    # The PCIe-only A10G lists no NVLink: nothing to show.
+    assert _demo_host(demo, "a10g-01")["nvlink"] is None
+
+
+def test_xid_storm_is_shown_as_incidents(demo: DemoPage) -> None:
+    snap = demo.snapshots["a10g-01"]
+    xid = _demo_host(demo, "a10g-01")["xid"]
+    assert xid["total"] == len(snap.xid_events) > 600
+    assert sum(i["count"] for i in xid["incidents"]) == len(snap.xid_events)
+    assert len(xid["incidents"]) <= 3
+    assert all(len(i["raw"].splitlines()) <= MAX_RAW_LINES + 1 for i in xid["incidents"])
+    assert xid["incidents"][0]["first_seen"] == "2025-01-21 02:21:33 UTC"
+    # A boot-relative log is labelled as such; the GPU that fell off the bus is no longer in
+    # nvidia-smi's list, so its bus id names it.
+    fallen = _demo_host(demo, "a100-hgx-05")["xid"]["incidents"]
+    assert [(i["what"], i["gpu"]) for i in fallen] == [
+        ("XID 79", "0000:90:00.0 (not a listed GPU)")
+    ]
+    assert fallen[0]["first_seen"] == "3 h 59 min 30 s after boot"
+
+
+def test_slowdown_finding_reads_without_missing_values(demo: DemoPage) -> None:
+    gpu = demo.snapshots["rtx4000ada-01"].gpus[0]
+    assert gpu.temperature_slowdown_c is None  # this GPU reports no slowdown threshold
+    finding_ = next(
+        f
+        for f in demo.register["findings"]
+        if f["rule"] == "GA320" and f["host"] == "rtx4000ada-01"
+    )
+    assert "None" not in finding_["message"]
+    assert f"temperature {gpu.temperature_c:g} °C" in finding_["message"]
+    assert "slowdown at" not in finding_["message"]
+
+
+def test_backticks_in_finding_text_become_code(demo: DemoPage) -> None:
+    table = demo.html.split('id="risks-table"', 1)[1].split("</table>", 1)[0]
+    assert "<code>lsmod | grep nvidia</code>" in table  # GA101 on v100-02
+    assert "`" not in table
+
+
+def test_code_spans_escape_host_text_first() -> None:
+    f = finding(message="Xid `31`")
+    hostile = dataclasses.replace(f, remediation=f"Run `{EVIL}` then `a & b` and an odd ` tick")
+    page = _page([healthy_host()], [hostile])
+    table = page.split('id="risks-table"', 1)[1].split("</table>", 1)[0]
+    assert "<code>&lt;script&gt;alert(1)&lt;/script&gt;</code>" in table
+    assert "<code>a &amp; b</code> and an odd ` tick" in table
+    assert "<script>" not in table

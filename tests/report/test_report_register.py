@@ -4,9 +4,17 @@ import json
 
 from report_factories import GENERATED_AT, finding, healthy_host, unreachable_host
 
+import gpuaudit.rules
 from gpuaudit.model.snapshot import HostSnapshot
-from gpuaudit.report.register import REGISTER_SCHEMA_VERSION, build_register
-from gpuaudit.rules.base import Finding, Severity
+from gpuaudit.report.register import (
+    REGISTER_SCHEMA_VERSION,
+    build_register,
+    open_risks_at_or_above,
+)
+from gpuaudit.report.register_views import risk_views, status_counts
+from gpuaudit.rules.base import Finding, GpuOutcome, Outcome, RuleOutcome, Severity
+
+assert gpuaudit.rules  # importing the package registers the catalogue the titles come from
 
 
 def test_top_level_contract(fleet: list[HostSnapshot], fleet_findings: list[Finding]) -> None:
@@ -19,12 +27,13 @@ def test_top_level_contract(fleet: list[HostSnapshot], fleet_findings: list[Find
         "run_id",
         "summary",
         "hosts",
+        "rules",
         "risks",
         "findings",
         "checklists",
         "trends",
     }
-    assert reg["schema_version"] == REGISTER_SCHEMA_VERSION == "1.2"
+    assert reg["schema_version"] == REGISTER_SCHEMA_VERSION == "1.3"
     assert reg["generated_at"] == GENERATED_AT
     assert reg["run_id"] == "20261129T161000Z"
     json.dumps(reg)  # JSON-ready as it is
@@ -147,3 +156,58 @@ def test_ties_broken_by_rule_host_gpu() -> None:
     ]
     # A finding for a host with no snapshot (a fleet-level rule) is kept, not dropped.
     assert len(reg["findings"]) == 4
+
+
+def test_info_findings_are_not_open_risks() -> None:
+    findings = [
+        finding("GA801", Severity.INFO, "h1", gpu_index=None, message="70B fits at fp8"),
+        finding("GA801", Severity.INFO, "h2", gpu_index=None, message="8B fits at bf16"),
+        finding("GA304", Severity.HIGH, "h1"),
+    ]
+    reg = build_register([healthy_host("h1"), healthy_host("h2")], findings)
+    summary = reg["summary"]
+    assert summary["risk_count"] == 2
+    assert summary["risks_by_status"] == {"open": 1, "waived": 0}
+    assert summary["info_risk_count"] == 1
+    assert summary["open_risks_by_severity"]["info"] == 0
+    assert summary["open_risks_by_severity"]["high"] == 1
+    # --fail-on counts risks, whatever the threshold; the page's "Open risks" too.
+    assert [r["id"] for r in open_risks_at_or_above(reg, "info")] == ["GA304"]
+    assert open_risks_at_or_above({"findings": [{"severity": "info"}]}, "info") == []
+    counts = status_counts(risk_views(reg))
+    assert (counts["open"], counts["info"]) == (1, 1)
+
+
+def test_outcomes_per_host_with_reasons_and_gpus() -> None:
+    error = GpuOutcome(1, Outcome.NOT_EVALUATED, "it answers with an error")
+    gpus = (GpuOutcome(0, Outcome.FAIL), error)
+    outcomes = [
+        RuleOutcome("GA304", "h1", Outcome.FAIL, findings=1, gpus=gpus, per_gpu=True),
+        RuleOutcome("GA403", "h1", Outcome.NOT_EVALUATED, "no service list: systemctl missing"),
+        RuleOutcome("GA602", "h1", Outcome.DISABLED, "disabled_rules of the site policy"),
+        RuleOutcome("GA105", "h1", Outcome.PASS),
+    ]
+    reg = build_register(
+        [healthy_host("h1")], [finding("GA304", Severity.HIGH, "h1")], outcomes=outcomes
+    )
+    (host,) = reg["hosts"]
+    assert host["outcomes"] == {
+        "GA105": {"outcome": "pass"},
+        "GA304": {
+            "outcome": "fail",
+            "findings": 1,
+            "gpus": {"fail": [0], "not_evaluated": [1]},
+            "gpu_reasons": {"1": "it answers with an error"},
+        },
+        "GA403": {"outcome": "not_evaluated", "reason": "no service list: systemctl missing"},
+        "GA602": {"outcome": "disabled", "reason": "disabled_rules of the site policy"},
+    }
+    assert reg["summary"]["outcomes"] == {
+        "fail": 1,
+        "pass": 1,
+        "not_evaluated": 1,
+        "disabled": 1,
+    }
+    assert reg["rules"]["GA304"] == "Title of GA304"  # the finding's title
+    assert reg["rules"]["GA105"] == "Kernel log unreadable: XID history unknown"
+    json.dumps(reg)

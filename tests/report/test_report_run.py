@@ -2,14 +2,16 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Callable
 from datetime import datetime, timezone
 from pathlib import Path
+from typing import Any
 
 import pytest
 from report_factories import EVIL, evil_host, finding, healthy_host, unreachable_host
 
 import gpuaudit.rules
-from gpuaudit.model.snapshot import HostSnapshot, HostStatus
+from gpuaudit.model.snapshot import HostSnapshot, HostStatus, OsInfo
 from gpuaudit.report import run as run_module
 from gpuaudit.report.run import (
     RunDir,
@@ -19,21 +21,22 @@ from gpuaudit.report.run import (
     rebuild,
     safe_host_filename,
 )
-from gpuaudit.rules.base import Finding, Severity
+from gpuaudit.rules.base import Evaluation, Severity
 
 REPO = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture
 def fake_rules(monkeypatch: pytest.MonkeyPatch) -> list[tuple[list[HostSnapshot], object]]:
-    """Stand in for gpuaudit.rules.evaluate: one finding per host, calls recorded."""
+    """Stand in for gpuaudit.rules.assess: one finding per host, calls recorded."""
     calls: list[tuple[list[HostSnapshot], object]] = []
 
-    def evaluate(snapshots: list[HostSnapshot], policy: object = None) -> list[Finding]:
+    def assess(snapshots: list[HostSnapshot], policy: object = None) -> Evaluation:
         calls.append((list(snapshots), policy))
-        return [finding("GA900", Severity.INFO, s.host, gpu_index=None) for s in snapshots]
+        found = [finding("GA900", Severity.INFO, s.host, gpu_index=None) for s in snapshots]
+        return Evaluation(findings=tuple(found))
 
-    monkeypatch.setattr(gpuaudit.rules, "evaluate", evaluate, raising=False)
+    monkeypatch.setattr(gpuaudit.rules, "assess", assess, raising=False)
     return calls
 
 
@@ -253,3 +256,137 @@ def test_written_files_follow_the_umask(tmp_path: Path) -> None:
     finally:
         os.umask(old)
     assert path.stat().st_mode & 0o777 == 0o644
+
+
+def _hand_edit(run: RunDir, host: str, edit: Callable[[dict[str, Any]], None]) -> Path:
+    """Change one host's snapshot file the way a person with an editor would."""
+    path = run.snapshot_path(host)
+    data = json.loads(path.read_text())
+    edit(data)
+    path.write_text(json.dumps(data, indent=1))
+    return path
+
+
+def test_wrong_typed_fields_are_read_as_absent_and_mark_only_their_host(tmp_path: Path) -> None:
+    run = new_run_dir(tmp_path / "reports", run_id="20261129T161000Z")
+    for name in ("edited", "intact"):
+        run.write_snapshot(healthy_host(name))
+
+    def edit(data: dict[str, Any]) -> None:
+        data["gpus"][1]["temperature_c"] = "hot"
+        data["gpus"][0]["power_draw_w"] = float("nan")
+        data["os"] = None
+        data["xid_events"][0]["timestamp"] = 1764590400
+        data["topology"]["legend"]["NIC0"] = ["mlx5_0"]
+
+    _hand_edit(run, "edited", edit)
+    html = rebuild(run.path)  # does not raise
+
+    snap = load_snapshot_file(run.snapshot_path("edited"))
+    assert snap.status is HostStatus.DEGRADED
+    assert snap.gpus[1].temperature_c is None and snap.gpus[0].power_draw_w is None
+    assert snap.gpus[0].temperature_c == 41.0  # the rest of the GPU is kept
+    assert snap.os == OsInfo() and snap.xid_events[0].timestamp is None
+    assert snap.xid_events[0].code == 79 and snap.topology is not None
+    assert snap.topology.legend == {}
+    evidence = snap.parse_errors["snapshot"]
+    for said in (
+        "field gpus[1].temperature_c: expected a number, got 'hot'",
+        "field gpus[0].power_draw_w: expected a finite number within ±2^64, got nan",
+        "field os: expected an object, got null",
+        "field xid_events[0].timestamp: expected a string, got 1764590400",
+        "field topology.legend.NIC0: expected a string, got a list; left out",
+    ):
+        assert said in evidence
+    register = json.loads(run.register_path.read_text())
+    hosts = {h["name"]: h for h in register["hosts"]}
+    assert hosts["intact"]["status"] == "ok"
+    assert hosts["edited"]["status"] == "degraded"
+    detail = hosts["edited"]["status_detail"]
+    assert detail.startswith("snapshot file hosts/edited.json holds 5 unusable values, read as")
+    assert "field os: expected an object, got null; field gpus[0].power_draw_w" in detail
+    # The register's finding quotes the evidence, and the page shows it.
+    messages = [f["message"] for f in register["findings"] if f["host"] == "edited"]
+    assert any("field os: expected an object, got null" in m for m in messages)
+    assert "field gpus[1].temperature_c" in html.read_text()
+
+
+def test_unusable_name_status_and_time_are_stood_in_for(tmp_path: Path) -> None:
+    run = RunDir(tmp_path / "run")
+    path = run.write_snapshot(healthy_host("gpu-a07"))
+    _hand_edit(
+        run,
+        "gpu-a07",
+        lambda data: data.update(host=7, status="fine", collected_at=1764590400),
+    )
+    os.utime(path, (1764590400, 1764590400))
+    snap = load_snapshot_file(path)
+    # Not thrown away as unreadable: the GPUs are still there, named by the file.
+    assert snap.host == "gpu-a07" and len(snap.gpus) == 2
+    assert snap.status is HostStatus.DEGRADED
+    assert snap.collected_at == "2025-12-01T12:00:00Z"  # the file's time
+    for said in (
+        "field host: expected a string, got 7",
+        "field status: expected one of ok, degraded,",
+        "field collected_at: expected a string, got 1764590400",
+    ):
+        assert said in snap.parse_errors["snapshot"]
+
+
+def test_an_object_without_a_usable_required_field_is_left_out(tmp_path: Path) -> None:
+    run = RunDir(tmp_path / "run")
+    run.write_snapshot(healthy_host("h1"))
+
+    def edit(data: dict[str, Any]) -> None:
+        data["gpus"][0]["index"] = "zero"
+        data["host_data"] = {"groups": ["a100", 5], "site": float("inf")}
+
+    snap = load_snapshot_file(_hand_edit(run, "h1", edit))
+    assert [g.index for g in snap.gpus] == [1]
+    assert snap.host_data == {"groups": ["a100"]}
+    evidence = snap.parse_errors["snapshot"]
+    assert "field gpus[0].index: expected an integer, got 'zero'; gpus[0] left out" in evidence
+    assert "field host_data.groups[1]: expected a string, got 5; left out" in evidence
+    assert "field host_data.site: expected a finite number, got inf; left out" in evidence
+
+
+def _old_report(tmp_path: Path) -> tuple[RunDir, dict[str, str]]:
+    run = RunDir(tmp_path / "run")
+    run.write_report([healthy_host("h1")], [finding("GA301", host="h1")], generated_at="old")
+    return run, {p.name: p.read_text() for p in run.path.iterdir() if p.is_file()}
+
+
+def test_a_failing_renderer_leaves_the_previous_report_whole(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    run, before = _old_report(tmp_path)
+    assert {"register.json", "index.html", "summary.md"} <= set(before)
+
+    def broken(*_args: object, **_kwargs: object) -> dict[str, str]:
+        raise RuntimeError("renderer bug")
+
+    monkeypatch.setattr(run_module, "render_outputs", broken)
+    with pytest.raises(RuntimeError):
+        run.write_report([healthy_host("h1")], [finding("GA301", host="h1")], generated_at="new")
+    assert {p.name: p.read_text() for p in run.path.iterdir() if p.is_file()} == before
+
+
+def test_a_failed_rename_never_leaves_a_new_register_beside_an_old_page(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    run, before = _old_report(tmp_path)
+    real_replace = os.replace
+
+    def replace(src: str, dst: str | os.PathLike[str]) -> None:
+        if Path(dst).name == "index.html":
+            raise OSError("I/O error")
+        real_replace(src, dst)
+
+    monkeypatch.setattr(run_module.os, "replace", replace)
+    with pytest.raises(OSError):
+        run.write_report([healthy_host("h1")], [finding("GA301", host="h1")], generated_at="new")
+    monkeypatch.undo()
+    after = {p.name: p.read_text() for p in run.path.iterdir() if p.is_file()}
+    assert after["register.json"] == before["register.json"]  # written last: not reached
+    assert after["index.html"] == before["index.html"]
+    assert not [p for p in run.path.rglob("*.tmp")]  # no temporaries left behind

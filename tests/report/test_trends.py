@@ -11,11 +11,13 @@ from typing import Any
 from report_factories import finding, gpu, healthy_host, unreachable_host
 
 from gpuaudit.model.snapshot import EccCounts, HostSnapshot, XidEvent
-from gpuaudit.report.run import RunDir, new_run_dir
+from gpuaudit.report.provenance import INVENTORY, Scope, bundle_scope, record_provenance
+from gpuaudit.report.run import RunDir, new_run_dir, rebuild
 from gpuaudit.report.trends import find_previous, load_previous
 from gpuaudit.rules.base import Evidence, Finding, Severity
 
 OLD_DRIVER, NEW_DRIVER = "535.183.01", "550.127.05"
+FLEET = Scope(INVENTORY, inventory="/srv/inventory/prod.py")
 
 
 def xid_finding(host: str, code: int) -> Finding:
@@ -38,10 +40,13 @@ def with_counters(snap: HostSnapshot, corrected: int, extra_xids: int = 0) -> Ho
 
 
 def write_run(reports: Path, run_id: str, snaps: list[HostSnapshot], findings: list[Finding],
-              **kwargs: Any) -> dict[str, Any]:  # fmt: skip
+              scope: Scope | None = None, **kwargs: Any) -> dict[str, Any]:  # fmt: skip
+    """Write a run's snapshots, its provenance when ``scope`` is given, and its register."""
     run = new_run_dir(reports, run_id)
     for snap in snaps:
         run.write_snapshot(snap)
+    if scope is not None:
+        record_provenance(run.path, scope, argv=["gpuaudit", "audit"])
     run.write_report(run.load_snapshots(), findings, **kwargs)
     result: dict[str, Any] = json.loads(run.register_path.read_text())
     return result
@@ -61,7 +66,7 @@ def two_runs(reports: Path) -> dict[str, Any]:
         reports,
         "20261201T000000Z",
         [h1_new, healthy_host("h2"), healthy_host("h-new")],
-        [xid_finding("h1", 79), finding("GA304", host="h-new")],
+        [xid_finding("h1", 79), finding("GA304", host="h2"), finding("GA402", host="h-new")],
     )
 
 
@@ -69,18 +74,22 @@ def test_fixed_fault_is_resolved_and_new_risk_is_new(tmp_path: Path) -> None:
     trends = two_runs(tmp_path)["trends"]
     assert trends["previous_run_id"] == "20261101T000000Z"
     assert trends["previous_generated_at"].endswith("Z")
+    assert trends["compared_hosts"] == 2  # h1 and h2: the hosts both runs hold
     assert trends["new"] == ["GA304"]
     assert trends["persisting"] == ["GA301:79"]
-    resolved = {r["id"]: r for r in trends["resolved"]}
-    # h2's sysctl was fixed; h-old left the fleet, taking its risk with it.
-    assert set(resolved) == {"GA601:net.core.rmem_max", "GA106"}
-    assert resolved["GA601:net.core.rmem_max"] == {
-        "id": "GA601:net.core.rmem_max",
-        "title": "Title of GA601",
-        "severity": "medium",
-        "affected_hosts": ["h2"],
-        "status": "resolved",
-    }
+    # h2's sysctl was fixed. h-old is not in this run: its risk is not in scope, not resolved.
+    assert trends["resolved"] == [
+        {
+            "id": "GA601:net.core.rmem_max",
+            "title": "Title of GA601",
+            "severity": "medium",
+            "affected_hosts": ["h2"],
+            "status": "resolved",
+        }
+    ]
+    assert [r["id"] for r in trends["risks_not_in_scope"]] == ["GA106"]
+    # h-new was not in the previous run: its risk is on a new host, not a new risk.
+    assert trends["risks_on_new_hosts"] == ["GA402"]
     assert trends["unverified"] == []
 
 
@@ -183,3 +192,166 @@ def test_no_growth_from_a_host_that_was_not_audited_before(tmp_path: Path) -> No
     trends = reg["trends"]
     assert trends["growth"] == [] and trends["new"] == ["GA301:79"]
     assert trends["hosts_added"] == [] and trends["hosts_removed"] == []
+
+
+def three_hosts(
+    run_hosts: tuple[str, ...] = ("a", "b", "c"),
+) -> tuple[list[HostSnapshot], list[Finding]]:
+    """Hosts a, b, c, each with a risk of its own that never changes."""
+    risks = {
+        "a": sysctl_finding("a"),
+        "b": finding("GA106", host="b", gpu_index=None),
+        "c": xid_finding("c", 79),
+    }
+    snaps = [healthy_host(h) for h in run_hosts]
+    return snaps, [risks[h] for h in run_hosts]
+
+
+def limited(*patterns: str) -> Scope:
+    return Scope(INVENTORY, inventory=FLEET.inventory, limit=patterns)
+
+
+def assert_nothing_changed(trends: dict[str, Any]) -> None:
+    assert trends["new"] == [] and trends["resolved"] == [] and trends["unverified"] == []
+
+
+def test_a_limit_run_and_the_next_full_run_show_only_real_changes(tmp_path: Path) -> None:
+    write_run(tmp_path, "20261101T000000Z", *three_hosts(), scope=FLEET)
+    limit_run = write_run(tmp_path, "20261102T000000Z", *three_hosts(("a",)), scope=limited("a"))
+    trends = limit_run["trends"]
+    assert trends["previous_run_id"] == "20261101T000000Z"
+    assert_nothing_changed(trends)
+    assert trends["persisting"] == ["GA601:net.core.rmem_max"]
+    # b and c were not audited by the --limit run: not in its scope, never "resolved".
+    assert trends["hosts_removed"] == ["b", "c"]
+    assert [r["id"] for r in trends["risks_not_in_scope"]] == ["GA106", "GA301:79"]
+    assert trends["previous_scope"] == FLEET.to_dict()
+    # The page and the digest say so too: b and c are out of scope, nothing was resolved.
+    page = (tmp_path / "20261102T000000Z/index.html").read_text()
+    panel = page.split('id="trends"', 1)[1].split("</section>", 1)[0]
+    assert (
+        "+0</span> new, 2 not in this run's scope" in panel
+        and "Not in scope:</strong> b, c" in panel
+    )
+    assert "/srv/inventory/prod.py, every host, on the 1 host both runs hold" in panel
+    resolved = panel.split("trend-resolved", 1)[1].split("</div>", 1)[0]
+    assert "None." in resolved
+    out_of_scope = panel.split("trend-risks_not_in_scope", 1)[1].split("</div>", 1)[0]
+    assert "GA106" in out_of_scope and "GA301:79" in out_of_scope
+    digest = (tmp_path / "20261102T000000Z/summary.md").read_text()
+    assert "- Resolved: 0" in digest and "- Not in this run's scope: b, c" in digest
+
+    full = write_run(tmp_path, "20261103T000000Z", *three_hosts(), scope=FLEET)["trends"]
+    # Compared with the last full run, not with the --limit run in between.
+    assert full["previous_run_id"] == "20261101T000000Z"
+    assert_nothing_changed(full)
+    assert full["hosts_added"] == [] and full["hosts_removed"] == []
+    assert len(full["persisting"]) == 3
+
+
+def test_rebuilding_a_limit_run_compares_it_like_with_like(tmp_path: Path) -> None:
+    quiet = dataclasses.replace(healthy_host("a"), xid_events=())
+    faulty = healthy_host("b")  # its XID 79 is GA301:79, on b alone
+    write_run(tmp_path, "20261101T000000Z", [quiet, faulty], None, scope=FLEET)
+    write_run(tmp_path, "20261102T000000Z", [quiet], None, scope=limited("a"))
+    write_run(tmp_path, "20261103T000000Z", [faulty], None, scope=limited("b"))
+
+    rebuild(tmp_path / "20261102T000000Z")  # gpuaudit report RUN_DIR, rules run again
+    trends = json.loads((tmp_path / "20261102T000000Z/register.json").read_text())["trends"]
+    assert trends["previous_run_id"] == "20261101T000000Z"
+    assert_nothing_changed(trends)
+    assert "GA301:79" in {r["id"] for r in trends["risks_not_in_scope"]}
+
+
+def test_a_full_run_after_only_a_limit_run_reports_new_hosts_not_new_risks(
+    tmp_path: Path,
+) -> None:
+    write_run(tmp_path, "20261102T000000Z", *three_hosts(("a",)), scope=limited("a"))
+    trends = write_run(tmp_path, "20261103T000000Z", *three_hosts(), scope=FLEET)["trends"]
+    assert trends["previous_run_id"] == "20261102T000000Z"
+    assert_nothing_changed(trends)
+    assert trends["hosts_added"] == ["b", "c"]
+    assert trends["risks_on_new_hosts"] == ["GA106", "GA301:79"]
+    assert trends["persisting"] == ["GA601:net.core.rmem_max"]
+
+
+def test_runs_of_another_inventory_are_not_compared(tmp_path: Path) -> None:
+    write_run(tmp_path, "20261101T000000Z", *three_hosts(), scope=FLEET)
+    other = Scope(INVENTORY, inventory="/srv/inventory/lab.py")
+    assert write_run(tmp_path, "20261102T000000Z", *three_hosts(), scope=other)["trends"] is None
+    # Nor is a run that shares no host with this one.
+    write_run(tmp_path, "20261103T000000Z", [healthy_host("z")], [], scope=FLEET)
+    assert (
+        write_run(tmp_path, "20261104T000000Z", *three_hosts(), scope=other)["trends"][
+            "previous_run_id"
+        ]
+        == "20261102T000000Z"
+    )
+
+
+def test_a_bundle_run_of_one_machine_is_compared_with_a_run_holding_it(tmp_path: Path) -> None:
+    from gpuaudit.cli import main
+
+    write_run(tmp_path, "20261101T000000Z", *three_hosts(), scope=FLEET)
+    # A file that is not collector output is a failed host named after the file: gpu-07.
+    bundle = tmp_path / "gpu-07.bundle"
+    bundle.write_text("not collector output\n")
+
+    def report(run_id: str, path: Path) -> dict[str, Any]:
+        argv = ["report", "--bundle", str(path), "--reports-dir", str(tmp_path)]
+        assert main([*argv, "--run-id", run_id]) == 0
+        result: dict[str, Any] = json.loads((tmp_path / run_id / "register.json").read_text())
+        return result
+
+    first = report("20261102T000000Z", bundle)
+    assert first["trends"] is None  # the fleet run does not hold gpu-07: nothing to compare
+    assert first["provenance"]["scope"] == bundle_scope([bundle]).to_dict()
+    assert report("20261103T000000Z", bundle)["trends"]["previous_run_id"] == "20261102T000000Z"
+
+    # A bundle of a fleet host is compared with the fleet run, on that host alone.
+    (tmp_path / "a.bundle").write_text("not collector output\n")
+    trends = report("20261104T000000Z", tmp_path / "a.bundle")["trends"]
+    assert trends["previous_run_id"] == "20261101T000000Z"
+    assert trends["hosts_removed"] == ["b", "c"] and trends["resolved"] == []
+    # The inventory run after it is still compared with the inventory run.
+    again = write_run(tmp_path, "20261105T000000Z", *three_hosts(), scope=FLEET)["trends"]
+    assert again["previous_run_id"] == "20261101T000000Z"
+    assert_nothing_changed(again)
+
+
+def test_the_previous_run_is_judged_again_by_its_own_policy(tmp_path: Path) -> None:
+    old = new_run_dir(tmp_path, "20261101T000000Z")
+    old.write_snapshot(healthy_host("h1"))  # its XID 79 is GA301:79 under the default policy
+    (old.path / "policy.yaml").write_text("version: 1\ndefaults:\n  disabled_rules: [GA301]\n")
+    assert "GA301:79" not in {r["id"] for r in load_previous(old.path).risks}
+
+    # Rebuilt with the old run as previous: its snapshots alone, judged by its own policy.
+    new = new_run_dir(tmp_path, "20261201T000000Z")
+    new.write_snapshot(dataclasses.replace(healthy_host("h1"), xid_events=()))
+    rebuild(new, previous=old.path)
+    trends = json.loads(new.register_path.read_text())["trends"]
+    assert "GA301:79" not in {r["id"] for r in trends["resolved"]}
+    assert trends["notes"] == []
+
+    # A copy that no longer loads is said so, and the defaults judge the snapshots.
+    (old.path / "policy.yaml").write_text("version: 1\nnot_a_key: 3\n")
+    previous = load_previous(old.path)
+    assert "GA301:79" in {r["id"] for r in previous.risks}
+    assert "policy.yaml does not load" in previous.notes[0]
+
+
+def test_fleet_checks_are_not_compared_between_runs_of_different_hosts(tmp_path: Path) -> None:
+    drift = finding("GA701", Severity.MEDIUM, "a", category="consistency", gpu_index=None)
+    snaps, findings = three_hosts()
+    write_run(tmp_path, "20261101T000000Z", snaps, [*findings, drift], scope=FLEET)
+    # Alone in a --limit run, a has no peers to drift from: that is no fix.
+    trends = write_run(tmp_path, "20261102T000000Z", *three_hosts(("a",)), scope=limited("a"))[
+        "trends"
+    ]
+    assert_nothing_changed(trends)
+    assert trends["fleet_not_compared"] == ["GA701"]
+    page = (tmp_path / "20261102T000000Z/index.html").read_text()
+    assert "Fleet checks not compared" in page.split('id="trends"', 1)[1].split("</section>")[0]
+    # Between runs of the same hosts it is compared as any risk is.
+    full = write_run(tmp_path, "20261103T000000Z", *three_hosts(), scope=FLEET)["trends"]
+    assert [r["id"] for r in full["resolved"]] == ["GA701"] and full["fleet_not_compared"] == []

@@ -49,5 +49,5 @@ def test_the_limit_keeps_hosts_by_name_or_group(tmp_path: Path) -> None:
 
 
 def test_a_limit_that_matches_nothing_is_an_error(tmp_path: Path) -> None:
-    with pytest.raises(RuntimeError, match="no host of the inventory .* matches --limit nothing"):
+    with pytest.raises(RuntimeError, match=r"no host of the inventory .* matches --limit nothing"):
         rollout(tmp_path, "nothing").prepare()

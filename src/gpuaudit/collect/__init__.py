@@ -6,6 +6,8 @@ import re
 import secrets
 from importlib.resources import files
 
+from gpuaudit.parsers.limits import DEFAULT_LIMITS, OutputLimits
+
 _NONCE_RE = re.compile(r"^[A-Za-z0-9]{4,64}$")
 _PROBE_PLACEHOLDER = "@NVML_PROBE@"
 # The probe travels as a quoted here-document: the shell expands nothing inside it, so the only
@@ -22,10 +24,14 @@ def nvml_probe_source() -> str:
     return files("gpuaudit.collect").joinpath("nvml_probe.py").read_text(encoding="utf-8")
 
 
-def collector_script(nonce: str | None = None) -> str:
+def collector_script(nonce: str | None = None, limits: OutputLimits = DEFAULT_LIMITS) -> str:
     """The collector script text. With no nonce the script makes its own when it runs
-    (``gpuaudit collect-script`` for hosts audited offline)."""
+    (``gpuaudit collect-script`` for hosts audited offline). ``limits`` are the bounds on what
+    the host sends (the environment of the host's shell can lower or raise them)."""
     text = files("gpuaudit.collect").joinpath("collector.sh").read_text(encoding="utf-8")
+    text = text.replace("@SECTION_BYTES@", str(int(limits.section_bytes)), 1)
+    text = text.replace("@OUTPUT_BYTES@", str(int(limits.output_bytes)), 1)
+    text = text.replace("@FLOOR_BYTES@", str(int(limits.floor_bytes)), 1)
     text = text.replace(_PROBE_PLACEHOLDER, _probe_for_heredoc(), 1)
     if nonce is None:
         return text.replace("@NONCE@", "$(date +%s)x$$")

@@ -6,11 +6,20 @@
 # The script always exits 0.
 # GPUAUDIT_ROOT (default empty) prefixes the files it reads (/proc, /etc, /dev): used when
 # auditing a mounted image, and by the simulated hosts.
+# Output is bounded: each section's stdout and stderr to GPUAUDIT_SECTION_BYTES, all of them
+# together to GPUAUDIT_OUTPUT_BYTES (later streams get what is left, or at least a small floor
+# to say why they failed). A cut stream says so in its section's end marker, as
+# stdout=KEPT/PRINTED (bytes).
 LANG=C; LC_ALL=C; export LANG LC_ALL
 N="${GPUAUDIT_NONCE:-@NONCE@}"
 R="${GPUAUDIT_ROOT:-}"
 T="${GPUAUDIT_TIMEOUT:-60}"
 KLOG_MAX="${GPUAUDIT_KERNEL_LOG_LINES:-5000}"
+# A byte count from the environment, or the default when it is not a plain number.
+ga_bytes() { case $1 in ''|*[!0-9]*|?????????????*) echo "$2" ;; *) echo "$1" ;; esac; }
+GA_SECTION_MAX=$(ga_bytes "${GPUAUDIT_SECTION_BYTES:-}" @SECTION_BYTES@)
+GA_OUTPUT_LEFT=$(ga_bytes "${GPUAUDIT_OUTPUT_BYTES:-}" @OUTPUT_BYTES@)
+GA_FLOOR=@FLOOR_BYTES@
 GA_TMP=$(mktemp -d 2>/dev/null || { d="/tmp/gpuaudit.$$"; mkdir -p "$d" && echo "$d"; })
 trap 'rm -rf "$GA_TMP"' EXIT
 
@@ -34,16 +43,48 @@ ga_run() {
   return "$ga_run_rc"
 }
 
-# ga_section NAME COMMAND... : run COMMAND in a subshell and frame its output.
+# ga_keep FILE: stdin into FILE, at most one byte more than a section may send (so that a cut
+# shows), and the count of the bytes past that into FILE.rest. The rest is read, not refused:
+# the command runs to its end and its exit status stays its own.
+ga_keep() {
+  head -c "$((GA_SECTION_MAX + 1))" >"$1"
+  wc -c >"$1.rest"
+}
+# ga_allowed: the bytes the next stream may send (parsers/limits.py OutputLimits.allowance).
+ga_allowed() {
+  ga_a=$GA_OUTPUT_LEFT
+  [ "$ga_a" -lt "$GA_FLOOR" ] && ga_a=$GA_FLOOR
+  [ "$ga_a" -gt "$GA_SECTION_MAX" ] && ga_a=$GA_SECTION_MAX
+  echo "$ga_a"
+}
+# ga_put STREAM FILE: encode what the bounds let FILE send; a cut is added to ga_cut.
+ga_put() {
+  ga_size=$(( $(wc -c <"$2") + $(cat "$2.rest" 2>/dev/null || echo 0) ))
+  ga_lim=$(ga_allowed)
+  if [ "$ga_size" -gt "$ga_lim" ]; then
+    head -c "$ga_lim" <"$2" | ga_encode
+    ga_cut="$ga_cut $1=$ga_lim/$ga_size"
+    ga_size=$ga_lim
+  else
+    ga_encode <"$2"
+  fi
+  GA_OUTPUT_LEFT=$((GA_OUTPUT_LEFT - ga_size))
+  [ "$GA_OUTPUT_LEFT" -lt 0 ] && GA_OUTPUT_LEFT=0
+}
+# ga_section NAME COMMAND... : run COMMAND in a subshell and frame its output, bounded. The
+# command's stderr reaches its keeper through fd 3, which the command itself does not get.
 ga_section() {
   ga_name=$1; shift
-  ( "$@" ) >"$GA_TMP/out" 2>"$GA_TMP/err"
-  ga_rc=$?
+  rm -f "$GA_TMP/rc"
+  { { ( "$@" ) 2>&3 3>&-; echo $? >"$GA_TMP/rc"; } | ga_keep "$GA_TMP/out"; } 3>&1 \
+    | ga_keep "$GA_TMP/err"
+  ga_rc=$(cat "$GA_TMP/rc" 2>/dev/null)
+  ga_cut=""
   printf '@@%s begin %s enc=%s@@\n' "$N" "$ga_name" "$ga_enc"
-  ga_encode <"$GA_TMP/out"
+  ga_put stdout "$GA_TMP/out"
   printf '@@%s stderr@@\n' "$N"
-  ga_encode <"$GA_TMP/err"
-  printf '@@%s end %s rc=%s@@\n' "$N" "$ga_name" "$ga_rc"
+  ga_put stderr "$GA_TMP/err"
+  printf '@@%s end %s%s rc=%s@@\n' "$N" "$ga_name" "$ga_cut" "$ga_rc"
 }
 ga_missing() { echo "$1: command not found" >&2; return 127; }
 # ga_cat PATH: print a host file (under GPUAUDIT_ROOT); errors name the host's path.
@@ -68,10 +109,15 @@ s_os_release() { ga_cat /etc/os-release; }
 s_nvidia() { ga_has nvidia-smi || ga_missing nvidia-smi || return; ga_run nvidia-smi "$@"; }
 s_driver_proc() { ga_cat /proc/driver/nvidia/version; }
 # Only the lines that matter, and only the newest KLOG_MAX of them; say when it was cut.
+# A NUL byte (a damaged log record) would make grep take the whole log for binary data and
+# print none of its lines: NULs are removed first, and counted (a copy goes through fd 3).
+# cut: a single runaway line must not defeat the bound either.
 ga_klog_filter() {
-  # cut: a single runaway line must not defeat the bound either.
-  grep -E 'NVRM|Xid|SXid|fallen off the bus|nvidia-peermem|amdgpu.*(error|fault|reset)' \
-    | cut -c1-2048 >"$GA_TMP/klog"
+  { tee /dev/fd/3 | tr -d '\000' \
+      | { grep -E 'NVRM|Xid|SXid|fallen off the bus|nvidia-peermem|amdgpu.*(error|fault|reset)'
+          echo $? >"$GA_TMP/kgrep"; } \
+      | cut -c1-2048 >"$GA_TMP/klog"; } 3>&1 \
+    | tr -cd '\000' | wc -c >"$GA_TMP/knul"
 }
 s_kernel_log() {
   src=""
@@ -84,9 +130,27 @@ s_kernel_log() {
     [ "$(cat "$GA_TMP/krc")" = 0 ] && src=journalctl
   fi
   if [ -z "$src" ]; then echo "no readable kernel log (dmesg, journalctl -k)" >&2; return 127; fi
+  # grep exits 1 when no line matches, more when it failed: then nothing was read.
+  g=$(cat "$GA_TMP/kgrep" 2>/dev/null)
+  if [ "${g:-2}" -gt 1 ]; then
+    echo "the kernel log ($src) could not be filtered: grep exited ${g:-without status}" >&2
+    return "${g:-2}"
+  fi
   n=$(wc -l <"$GA_TMP/klog" | tr -d ' ')
-  tail -n "$KLOG_MAX" "$GA_TMP/klog"
-  echo "source=$src lines=$n max=$KLOG_MAX" >&2
+  stats="source=$src lines=$n max=$KLOG_MAX"
+  k=$(tr -d ' ' <"$GA_TMP/knul")
+  [ "${k:-0}" != 0 ] && stats="$stats nul=$k"
+  tail -n "$KLOG_MAX" "$GA_TMP/klog" >"$GA_TMP/ktail"
+  b=$(wc -c <"$GA_TMP/ktail" | tr -d ' ')
+  lim=$(ga_allowed)
+  if [ "$b" -gt "$lim" ]; then
+    # Long lines, or little of the output's bound left: the newest whole lines that fit.
+    tail -c "$lim" "$GA_TMP/ktail" | tail -n +2
+    stats="$stats bytes=$b max_bytes=$lim"
+  else
+    cat "$GA_TMP/ktail"
+  fi
+  echo "$stats" >&2
 }
 s_packages() {
   if ga_has dpkg-query; then
@@ -154,6 +218,9 @@ printf '@@gpuaudit-collector 1 %s@@\n' "$N"
 ga_section meta s_meta
 ga_section tools s_tools
 ga_section os_release s_os_release
+# Before the GPU tools: a host whose tools babble must not spend the output's bound on them
+# before its XID history is in.
+ga_section kernel_log s_kernel_log
 ga_section nvidia_smi_xml s_nvidia -q -x
 ga_section nvml s_nvml
 ga_section nvidia_topo s_nvidia topo -m
@@ -162,7 +229,6 @@ ga_section nvlink_errors s_nvidia nvlink -e
 ga_section mig_gi s_nvidia mig -lgi
 ga_section mig_ci s_nvidia mig -lci
 ga_section driver_proc s_driver_proc
-ga_section kernel_log s_kernel_log
 ga_section packages s_packages
 ga_section package_holds s_package_holds
 ga_section sysctl s_sysctl

@@ -27,7 +27,9 @@ class GpuAuditSections(FactBase[dict[str, Any]]):
 
     Returns ``{"complete": bool, "problems": [...], "sections": {name: {"rc", "stdout",
     "stderr", "truncated"}}}``. A missing tool or a driver that does not answer shows as that
-    section's ``rc`` and ``stderr``; the script itself always exits 0.
+    section's ``rc`` and ``stderr``; the script itself always exits 0. Output is bounded on the
+    host and again here (:mod:`gpuaudit.parsers.limits`): a cut section is ``truncated``, its
+    stderr ends with where it was cut, and ``problems`` lists it.
     """
 
     @staticmethod

@@ -10,8 +10,11 @@ Rules this module keeps:
   need to know because XID history then went unchecked);
 - the host status says how far the audit got, and ``status_detail`` says why in one line.
 
-Status, from worst to best. The first three come from the connection, before any bundle:
+Status, from worst to best. The first four come from the run and the connection, before any
+bundle:
 
+``NOT_AUDITED``        the run was interrupted, or pyinfra ended, before the host was collected
+                       (``not_audited_snapshot``).
 ``UNREACHABLE``        no connection could be made (down, firewalled, unknown name).
 ``AUTH_FAILED``        the host answered but refused the audit's credentials, or its host key
                        did not match (``connection_failed_snapshot`` tells the two apart).
@@ -26,7 +29,9 @@ Status, from worst to best. The first three come from the connection, before any
                        rocm-smi / amd-smi) or the topology could not be read, the MIG listings
                        could not be read while a GPU has MIG enabled, lspci and nvidia-smi
                        disagree on how many NVIDIA GPUs there are, or the bundle was cut short
-                       after the XML.
+                       after the XML. A snapshot read back from its file is also DEGRADED
+                       when the file holds values of the wrong type, which are read as absent
+                       (``status.with_field_problems``).
 ``OK``                 everything above is fine. Other problems (a system section that did not
                        parse, a kernel log the audit user may not read, bytes that are not
                        UTF-8) are recorded in ``parse_errors`` but do not degrade the host: they

@@ -21,9 +21,18 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
 
-from gpuaudit.model.jsonable import from_jsonable, to_jsonable
+from gpuaudit.model.decode import DecodeError, FieldProblem, decode, describe_value, join_path
+from gpuaudit.model.jsonable import to_jsonable
 
 SCHEMA_VERSION = "1.0"
+# What a snapshot must have to be read at all; any other field may be missing or unusable.
+_REQUIRED = ("schema_version", "host", "status", "collected_at")
+# The name of a host whose snapshot gives none that can be used, and no file name stands in.
+UNNAMED_HOST = "unnamed-host"
+# The host_data entries whose shape gpuaudit gives them itself (the audit writes the host's
+# inventory group names), checked on reading like the snapshot's own fields; every other entry
+# is the inventory's value as given, judged by the settings that read it.
+_HOST_DATA_TYPES: dict[str, Any] = {"groups": tuple[str, ...]}
 
 
 class HostStatus(str, Enum):
@@ -44,6 +53,8 @@ class HostStatus(str, Enum):
     AUTH_FAILED = "auth_failed"
     # No connection could be made.
     UNREACHABLE = "unreachable"
+    # The audit stopped (interrupted, or pyinfra ended early) before it reached the host.
+    NOT_AUDITED = "not_audited"
 
 
 @dataclass(frozen=True)
@@ -318,14 +329,65 @@ class HostSnapshot:
         return json.dumps(self.to_dict(), indent=1, sort_keys=False)
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> HostSnapshot:
-        version = str(data.get("schema_version", ""))
+    def from_dict(
+        cls,
+        data: Any,
+        *,
+        source: str = "the snapshot",
+        host: str = "",
+        collected_at: str = "",
+    ) -> HostSnapshot:
+        """Read a snapshot as :meth:`to_dict` wrote it, or as a person or a tool left it since.
+
+        Every value is checked against its field's type (:mod:`gpuaudit.model.decode`); one of
+        the wrong type is read as absent and the snapshot says so
+        (:func:`gpuaudit.model.status.with_field_problems`: each is listed in
+        ``parse_errors["snapshot"]`` and in the status detail, which names ``source``, and an
+        OK host becomes DEGRADED). Where the document's own ``host`` or ``collected_at`` is
+        unusable, ``host`` (default ``unnamed-host``) and ``collected_at`` (default: now) stand
+        in; an unusable ``status`` reads as DEGRADED.
+
+        Raises ValueError when ``data`` is no snapshot at all: not an object, of another schema
+        major version, or without a ``schema_version``, ``host``, ``status`` or
+        ``collected_at``.
+        """
+        # Late: status.py builds snapshots, so it imports this module.
+        from gpuaudit.model.status import now_utc, with_field_problems
+
+        if not isinstance(data, dict):
+            raise ValueError(f"a snapshot is a JSON object, not {describe_value(data)}")
+        missing = [name for name in _REQUIRED if name not in data]
+        if missing:
+            raise ValueError(f"the snapshot has no {' and no '.join(map(repr, missing))}")
+        problems: list[FieldProblem] = []
+        fixed = dict(data)
+        version = data["schema_version"]
+        if not isinstance(version, str):
+            problems.append(FieldProblem("schema_version", "a string", describe_value(version)))
+            fixed["schema_version"] = version = SCHEMA_VERSION
         if version.split(".")[0] != SCHEMA_VERSION.split(".")[0]:
             raise ValueError(
                 f"snapshot schema {version!r} is not readable by this gpuaudit "
                 f"(reads {SCHEMA_VERSION})"
             )
-        return from_jsonable(cls, data)
+        stand_ins = {
+            "host": (str, host or UNNAMED_HOST),
+            "status": (HostStatus, HostStatus.DEGRADED.value),
+            "collected_at": (str, collected_at or now_utc()),
+        }
+        for name, (hint, stand_in) in stand_ins.items():
+            try:
+                decode(hint, data[name], name)
+            except DecodeError as exc:
+                problems.append(exc.problem)
+                fixed[name] = stand_in
+        if fixed["host"] == "":
+            problems.append(FieldProblem("host", "a non-empty string", "''"))
+            fixed["host"] = stand_ins["host"][1]
+        if isinstance(fixed.get("host_data"), dict):
+            fixed["host_data"] = _checked_host_data(fixed["host_data"], problems)
+        snapshot, found = decode(cls, fixed)
+        return with_field_problems(snapshot, problems + found, source)
 
     @classmethod
     def from_json(cls, text: str) -> HostSnapshot:
@@ -334,6 +396,25 @@ class HostSnapshot:
     def gpu_by_bus(self, pci_bus_id: str | None) -> Gpu | None:
         key = bus_key(pci_bus_id)
         return next((g for g in self.gpus if g.pci_bus_id == key), None) if key else None
+
+
+def _checked_host_data(host_data: dict[str, Any], problems: list[FieldProblem]) -> dict[str, Any]:
+    """``host_data`` with the entries gpuaudit itself shapes checked (_HOST_DATA_TYPES): an
+    unusable one is left out, as are its unusable items; the rest is the inventory's, as given."""
+    checked = dict(host_data)
+    for key, hint in _HOST_DATA_TYPES.items():
+        if key not in checked:
+            continue
+        try:
+            value, found = decode(hint, checked[key], join_path("host_data", key))
+        except DecodeError as exc:
+            problems.append(exc.problem)
+            del checked[key]
+            continue
+        if found:
+            problems.extend(found)
+            checked[key] = list(value)
+    return checked
 
 
 def bus_key(pci_bus_id: str | None) -> str | None:

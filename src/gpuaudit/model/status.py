@@ -3,20 +3,27 @@
 Hosts that gave no bundle get their status from the connection (``connection_failed_snapshot``,
 ``timed_out_snapshot``) or from a collector whose output could not be read
 (``failed_snapshot``). Hosts that gave one are judged by ``judge_status`` once every section
-has been parsed; :mod:`gpuaudit.model.build` lists the statuses from worst to best.
+has been parsed; :mod:`gpuaudit.model.build` lists the statuses from worst to best. A snapshot
+read back from a file that held unusable values says so (``with_field_problems``).
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from datetime import datetime, timezone
 from typing import Any
 
+from gpuaudit.model.decode import FieldProblem
 from gpuaudit.model.pci import nvidia_gpus_on_bus, unmatched_bus_ids
 from gpuaudit.model.snapshot import Gpu, HostSnapshot, HostStatus, PciDevice, Section
 from gpuaudit.parsers.bundle import Bundle
 from gpuaudit.parsers.nvidia_xml import NvidiaSmiLog
 
+# The parse_errors key under which a snapshot read back from a file lists its unusable values.
+SNAPSHOT_PROBLEMS = "snapshot"
+# How many of them the register lists one by one.
+_LISTED_PROBLEMS = 20
 # Besides the inventory sections, these failing degrade the host (MIG ones only when in use).
 _DEGRADING_SECTIONS = ("nvidia_topo",)
 _MIG_SECTIONS = ("mig_gi", "mig_ci")
@@ -75,6 +82,18 @@ def timed_out_snapshot(
     return _not_collected(host, HostStatus.TIMED_OUT, detail, host_data, collected_at)
 
 
+def not_audited_snapshot(
+    host: str,
+    detail: str,
+    *,
+    host_data: dict[str, Any] | None = None,
+    collected_at: str | None = None,
+) -> HostSnapshot:
+    """A host of the run that the audit never got to: the run was interrupted, or pyinfra
+    ended, before the host was collected (``detail`` says which)."""
+    return _not_collected(host, HostStatus.NOT_AUDITED, detail, host_data, collected_at)
+
+
 def failed_snapshot(
     host: str,
     detail: str,
@@ -104,6 +123,35 @@ def _not_collected(
         status_detail=one_line(detail),
         host_data=dict(host_data or {}),
         sections=dict(sections or {}),
+    )
+
+
+def with_field_problems(
+    snapshot: HostSnapshot, problems: Sequence[FieldProblem], source: str
+) -> HostSnapshot:
+    """``snapshot`` as read from a document (``source``, e.g. a snapshot file) in which
+    ``problems`` were read as absent or left out: every problem is listed in
+    ``parse_errors["snapshot"]`` and the status detail starts with them, and an OK host becomes
+    DEGRADED, since what the report shows of it is not all that was recorded. A host whose
+    status already says it is worse off keeps that status, and its detail still comes first."""
+    if not problems:
+        return snapshot
+    listed = "; ".join(str(p) for p in problems[:_LISTED_PROBLEMS])
+    if len(problems) > _LISTED_PROBLEMS:
+        listed += f"; and {len(problems) - _LISTED_PROBLEMS} more"
+    count = f"{len(problems)} unusable value{'s' if len(problems) > 1 else ''}"
+    said = f"{source} holds {count}, read as absent: {listed}"
+    errors = dict(snapshot.parse_errors)
+    errors[SNAPSHOT_PROBLEMS] = "; ".join(filter(None, (errors.get(SNAPSHOT_PROBLEMS), said)))
+    if snapshot.status in (HostStatus.OK, HostStatus.DEGRADED):
+        status, parts = HostStatus.DEGRADED, (said, snapshot.status_detail)
+    else:
+        status, parts = snapshot.status, (snapshot.status_detail, said)
+    return dataclasses.replace(
+        snapshot,
+        status=status,
+        status_detail=one_line("; ".join(p for p in parts if p)),
+        parse_errors=errors,
     )
 
 

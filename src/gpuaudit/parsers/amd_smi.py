@@ -20,7 +20,7 @@ from typing import Any
 from gpuaudit.model.snapshot import EccCounts, Gpu, bus_key
 from gpuaudit.parsers.errors import ParseError
 from gpuaudit.parsers.rocm_smi import _GEN_BY_RATE as GEN_BY_RATE
-from gpuaudit.parsers.values import UNREADABLE, FieldReader, clean
+from gpuaudit.parsers.values import UNREADABLE, FieldReader, clean, load_host_json
 
 WHAT = "amd-smi --json"
 # (printed text, unit) of one value; (None, None) where the key is absent.
@@ -49,12 +49,11 @@ def parse_amd_smi_json(text: str) -> tuple[Gpu, ...]:
 
 
 def _documents(text: str) -> list[Any]:
-    decoder = json.JSONDecoder()
     documents = []
     position = _skip_space(text, 0)
     while position < len(text):
         try:
-            document, position = decoder.raw_decode(text, position)
+            document, position = load_host_json(text, position)
         except (json.JSONDecodeError, RecursionError) as exc:
             raise ParseError(WHAT, f"not JSON: {exc}", text) from exc
         documents.append(document)

@@ -17,7 +17,7 @@ from typing import Any
 
 from gpuaudit.model.snapshot import MigDevice, MigInstance
 from gpuaudit.parsers.errors import ParseError
-from gpuaudit.parsers.values import split_gpu_header
+from gpuaudit.parsers.values import parse_float, split_gpu_header
 
 _GI_ROW = re.compile(
     r"^\|\s*(?P<gpu>\d+)\s+(?:MIG\s+)?(?P<name>\S+)\s+(?P<profile>\d+)\s+(?P<id>\d+)"
@@ -148,7 +148,7 @@ def _compute_profile_fields(m: re.Match[str]) -> dict[str, Any]:
 
 
 def _gpu_profile_fields(m: re.Match[str]) -> dict[str, Any]:
-    return {"memory_gib": float(m["memory"])}
+    return {"memory_gib": parse_float(m["memory"])}
 
 
 def parse_mig_list_devices(text: str) -> tuple[ListedGpu, ...]:

@@ -28,13 +28,17 @@ from collections.abc import Iterable
 
 from gpuaudit.model.snapshot import GpuNvLink, NvLinkLink
 from gpuaudit.parsers.errors import ParseError
-from gpuaudit.parsers.values import split_gpu_header
+from gpuaudit.parsers.values import parse_float, split_gpu_header
 
 WHAT = "nvidia-smi nvlink -s / -e"
 
 _LINK = re.compile(r"^Link (\d+):\s*(.*)$")
 _SPEED = re.compile(r"^([\d.]+)\s*GB/s", re.IGNORECASE)
-_COUNTER = re.compile(r"([A-Za-z][A-Za-z /-]*?)\s+Errors?:\s*(\d+)", re.IGNORECASE)
+# "<name> Errors: N": found by its "Errors:" first, then the name just before it. A pattern that
+# starts at the name would try every letter of a babbling host's long line as one (quadratic).
+_COUNT = re.compile(r"(?<=\s)Errors?:\s*(\d+)", re.IGNORECASE)
+_COUNTER_NAME = re.compile(r"([A-Za-z][A-Za-z /-]*?)\s+$")
+_NAME_WINDOW = 128
 _ALL_INACTIVE = re.compile(r"all links are inactive", re.IGNORECASE)
 
 
@@ -69,6 +73,19 @@ def parse_nvlink(text: str) -> tuple[GpuNvLink, ...]:
     return tuple(g.build() for g in gpus.values())
 
 
+def _counters(value: str) -> dict[str, int]:
+    """``"Replay Errors: 0, Recovery Errors: 1"`` → {"Replay": 0, "Recovery": 1}."""
+    counters: dict[str, int] = {}
+    start = 0
+    for match in _COUNT.finditer(value):
+        window = value[max(start, match.start() - _NAME_WINDOW) : match.start()]
+        name = _COUNTER_NAME.search(window)
+        if name:
+            counters[name.group(1).strip()] = int(match.group(1))
+        start = match.end()
+    return counters
+
+
 def merge_nvlink(*listings: Iterable[GpuNvLink]) -> tuple[GpuNvLink, ...]:
     """One entry per GPU from separate -s and -e listings (state from one, counters from other)."""
     merged: dict[int, _GpuBuilder] = {}
@@ -90,14 +107,14 @@ class _GpuBuilder:
     links: dict[int, NvLinkLink] = dataclasses.field(default_factory=dict)
 
     def add(self, number: int, value: str) -> None:
-        counters = {name.strip(): int(count) for name, count in _COUNTER.findall(value)}
+        counters = _counters(value)
         speed = _SPEED.match(value)
         if counters:
             self.merge(NvLinkLink(number, counters=counters))
         elif "inactive" in value.lower():
             self.merge(NvLinkLink(number, active=False))
         elif speed:
-            self.merge(NvLinkLink(number, active=True, speed_gb_s=float(speed.group(1))))
+            self.merge(NvLinkLink(number, active=True, speed_gb_s=parse_float(speed.group(1))))
 
     def merge(self, link: NvLinkLink) -> None:
         known = self.links.get(link.link, NvLinkLink(link.link))

@@ -29,7 +29,10 @@ from gpuaudit.parsers.values import (
     GPU_ERRORS,
     NOT_SUPPORTED,
     UNREADABLE,
+    bounded_int,
     clean,
+    finite,
+    load_host_json,
     parse_float,
     parse_int,
 )
@@ -111,7 +114,9 @@ def parse_nvml_probe(text: str) -> NvmlProbe:
     if not text or not text.strip():
         raise ParseError(WHAT, "empty output")
     try:
-        data = json.loads(text)
+        data, end = load_host_json(text, len(text) - len(text.lstrip()))
+        if text[end:].strip():
+            raise json.JSONDecodeError("Extra data", text, end)
     except (ValueError, RecursionError) as exc:
         raise ParseError(WHAT, f"not JSON: {exc}", text) from exc
     if not isinstance(data, dict):
@@ -362,14 +367,14 @@ def _int(doc: dict[str, Any], name: str) -> int | None:
     if isinstance(value, bool):
         return int(value)
     if isinstance(value, int):
-        return value
+        return bounded_int(value)
     return parse_int(str(value)) if value is not None else None
 
 
 def _float(doc: dict[str, Any], name: str) -> float | None:
     value = doc.get(name)
     if isinstance(value, (int, float)) and not isinstance(value, bool):
-        return float(value)
+        return finite(value)
     return parse_float(str(value)) if value is not None else None
 
 

@@ -16,6 +16,7 @@ from typing import Any
 from gpuaudit.model.snapshot import Gpu, bus_key
 from gpuaudit.parsers.errors import ParseError
 from gpuaudit.parsers.nvidia_xml import clean, parse_float, parse_int
+from gpuaudit.parsers.values import load_host_json
 
 WHAT = "rocm-smi --json"
 _CARD = re.compile(r"^card(\d+)$")
@@ -31,7 +32,9 @@ def parse_rocm_smi_json(text: str) -> tuple[Gpu, ...]:
     if not text or not text.strip():
         raise ParseError(WHAT, "empty output")
     try:
-        data = json.loads(text)
+        data, end = load_host_json(text, len(text) - len(text.lstrip()))
+        if text[end:].strip():
+            raise json.JSONDecodeError("Extra data", text, end)
     except (json.JSONDecodeError, RecursionError) as exc:
         raise ParseError(WHAT, f"not JSON: {exc}", text) from exc
     if not isinstance(data, dict):
@@ -111,7 +114,8 @@ def _pcie(level: str | None) -> tuple[int | None, int | None]:
     match = _PCIE_LEVEL.search(level or "")
     if not match:
         return None, None
-    return _GEN_BY_RATE.get(float(match.group(1))), int(match.group(2))
+    rate = parse_float(match.group(1))
+    return (_GEN_BY_RATE.get(rate) if rate is not None else None), int(match.group(2))
 
 
 def parse_rocm_smi_concise(text: str) -> tuple[Gpu, ...]:

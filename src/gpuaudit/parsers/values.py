@@ -13,11 +13,20 @@ one of a handful of spellings. Those spellings mean different things to an audit
 
 :class:`FieldReader` converts printed text into values and records, per field, which of the
 three it was when there was text but no value (``Gpu.unavailable``).
+
+Every number read is finite and within ±2**64 (64-bit counters are the largest values GPU tools
+print): ``1e999``, a 400-digit count or ``NaN`` is no reading, and is treated as unreadable text
+rather than kept as infinity (which JSON cannot hold) or as a count no arithmetic can use. JSON
+printed by host tools is read with :func:`load_host_json`, which leaves such numbers as their
+text, for the same readers to judge.
 """
 
 from __future__ import annotations
 
+import json
+import math
 import re
+from typing import Any
 
 NOT_APPLICABLE = "not_applicable"
 NOT_SUPPORTED = "not_supported"
@@ -35,7 +44,12 @@ _REASON_BY_SPELLING = {
 }
 # Values that mean the GPU itself failed to answer, not that a feature is missing.
 GPU_ERRORS = ("unknown error", "gpu is lost")
-_NUMBER = re.compile(r"[-+]?\d+(?:\.\d+)?")
+# With an exponent: "1e999" is one (overflowing) number, not the reading 1.
+_NUMBER = re.compile(r"[-+]?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?")
+# The largest magnitude a reading may have.
+NUMBER_LIMIT = 2**64
+# More digits than any number within NUMBER_LIMIT has (with sign and leading zeros to spare).
+_MAX_DIGITS = 40
 
 
 def _spelling(value: str) -> str:
@@ -70,21 +84,55 @@ def _number(value: str | None) -> str | None:
     return match.group(0) if match else None
 
 
-def parse_int(value: str | None) -> int | None:
-    """``"80 MiB"`` → 80, ``"16x"`` → 16, ``"N/A"`` → None."""
-    number = _number(value)
-    if number is None:
+def finite(number: float | int | None) -> float | None:
+    """``number`` as a float when it is a reading (finite, within ±NUMBER_LIMIT), else None."""
+    if number is None or isinstance(number, bool):
         return None
     try:
-        return int(float(number))
-    except (ValueError, OverflowError):
+        result = float(number)
+    except (OverflowError, ValueError):
         return None
+    return result if math.isfinite(result) and abs(result) <= NUMBER_LIMIT else None
+
+
+def bounded_int(number: int | None) -> int | None:
+    """``number`` when it is within ±NUMBER_LIMIT, else None."""
+    return number if number is not None and abs(number) <= NUMBER_LIMIT else None
+
+
+def parse_int(value: str | None) -> int | None:
+    """``"80 MiB"`` → 80, ``"16x"`` → 16, ``"N/A"`` → None (and None for no reading: ``1e999``,
+    a 400-digit count)."""
+    number = _number(value)
+    if number is None or len(number) > _MAX_DIGITS:
+        return None
+    if number.lstrip("+-").isdigit():
+        return bounded_int(int(number))
+    as_float = finite(float(number))
+    return int(as_float) if as_float is not None else None
 
 
 def parse_float(value: str | None) -> float | None:
-    """``"70.50 W"`` → 70.5, ``"45 C"`` → 45.0, ``"[Not Supported]"`` → None."""
+    """``"70.50 W"`` → 70.5, ``"45 C"`` → 45.0, ``"[Not Supported]"`` → None (and None for no
+    reading: ``1e999``, a 400-digit number)."""
     number = _number(value)
-    return float(number) if number is not None else None
+    return finite(float(number)) if number is not None else None
+
+
+def _json_number(text: str) -> float | int | str:
+    """A JSON number literal as a reading, or as its text where it is none (see module doc)."""
+    value = parse_int(text) if text.lstrip("-").isdigit() else parse_float(text)
+    return text if value is None else value
+
+
+def load_host_json(text: str, start: int = 0) -> tuple[Any, int]:
+    """The JSON document at ``start`` of ``text`` and where it ends (``JSONDecoder.raw_decode``),
+    with every number a reading: ``NaN``, ``Infinity`` and literals out of range are kept as
+    their text. Raises ``json.JSONDecodeError`` (a ValueError) or RecursionError."""
+    return _HOST_JSON.raw_decode(text, start)
+
+
+_HOST_JSON = json.JSONDecoder(parse_float=_json_number, parse_int=_json_number, parse_constant=str)
 
 
 def parse_flag(value: str | None) -> bool | None:

@@ -2,14 +2,22 @@
 
 The lists and what gpuaudit verifies of each item are documented in
 docs/field-guide/readiness-checklists.md (each checklist's ``reference``); every item is mapped
-to the rule codes whose **open** findings fail it. An item no rule can check (SLOs,
-autoscaling, runbooks, cost limits: facts that live outside the hosts) is listed with
-``checked: false`` and never counts as passed: the register must not turn "not looked at" into
-"fine". Waived findings do not fail an item.
+to the rule codes that verify it, and read from those rules' **outcomes** on each host
+(``rules.assess``), never from the mere absence of findings:
 
-Scores are per host (items passed / items checked) and for the fleet (host × item checks passed
-/ made). A host that could not be audited (unreachable, collection failed) fails every checked
-item: nothing about it was verified.
+- **failed**: one of its rules has an open finding above info there (waived findings and
+  informational ones do not fail an item);
+- **passed**: every one of its rules looked and passed (or failed only on waived or
+  informational findings);
+- **unknown**: otherwise — a rule was not evaluated (its data was missing), is disabled by the
+  policy, or has no outcome in the register; ``unknown_reasons`` says which and why.
+
+An item no rule can check (facts that live outside the hosts) is listed with ``checked: false``
+and never counts as passed. Scores are per host (items passed / items checked) and for the
+fleet (host × item checks passed / made): an unknown item counts as not passed, so a host
+whose driver is dead or that has no GPU tool cannot score high. A host that could not be
+audited (unreachable, collection failed) fails every checked item: nothing about it was
+verified.
 
 Codes are stable and never reused, so this map stays valid as the catalogue grows; a new rule
 that verifies an item is added to the item's ``rules``. Item ids are stable too, so scores and
@@ -19,9 +27,10 @@ failed items compare from one run's register to the next.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
+from gpuaudit.rules.base import Outcome, RuleOutcome
 from gpuaudit.rules.refs import GUIDE_PREPRODUCTION, GUIDE_PRODUCTION
 
 NOT_CHECKED = "not checked by gpuaudit"
@@ -88,8 +97,10 @@ CHECKLISTS: tuple[Checklist, ...] = (
             ChecklistItem(
                 "PR1",
                 "Service level objectives are defined and measured.",
-                (),
-                NOT_CHECKED + ": SLOs live outside hosts",
+                ("GA403",),
+                "the GPU metrics objectives are measured with are recorded on the host: a DCGM "
+                "monitoring agent runs (or the policy says dcgm-exporter runs elsewhere); the "
+                "objectives themselves are checked by hand",
             ),
             ChecklistItem(
                 "PR2",
@@ -100,54 +111,100 @@ CHECKLISTS: tuple[Checklist, ...] = (
             ChecklistItem(
                 "PR3",
                 "Runbooks exist and on-call routing is set up.",
-                (),
-                NOT_CHECKED + ": runbooks and routing live outside hosts",
+                ("GA104", "GA105"),
+                "what a runbook's first steps read on the host is there: nvidia-smi / rocm-smi "
+                "and a readable kernel log; the runbooks and the routing are checked by hand",
             ),
             ChecklistItem(
                 "PR4",
                 "Cost and quota limits are enforced.",
-                (),
-                NOT_CHECKED + ": billing and quotas are not collected",
+                ("GA602",),
+                "no local user can take GPUs around the scheduler's quotas: the GPU device "
+                "nodes are not world-writable; quotas and billing are checked by hand",
             ),
         ),
         GUIDE_PRODUCTION,
     ),
 )
 
+PASSED = "passed"
+FAILED = "failed"
+UNKNOWN = "unknown"
+
+
+@dataclass(frozen=True)
+class HostFacts:
+    """What the checklists read of one host: whether it was audited, the rules with open
+    findings above info there, and every rule's outcome."""
+
+    audited: bool
+    open_rules: frozenset[str] = frozenset()
+    outcomes: Mapping[str, RuleOutcome] = field(default_factory=dict)
+
 
 def build_checklists(
-    hosts: Iterable[tuple[str, bool]], findings: Sequence[Mapping[str, Any]]
+    hosts: Iterable[tuple[str, bool]],
+    findings: Sequence[Mapping[str, Any]],
+    outcomes: Iterable[RuleOutcome] = (),
 ) -> dict[str, Any]:
     """Score every checklist.
 
     ``hosts`` are (name, audited) pairs; ``findings`` are register finding entries, whose
-    ``status`` says whether they are open.
+    ``status`` says whether they are open; ``outcomes`` are the rules' outcomes on the hosts
+    (without them every checked item of an audited host is unknown).
     """
-    audited = dict(sorted(hosts))
+    by_host: dict[str, dict[str, RuleOutcome]] = {}
+    for outcome in outcomes:
+        by_host.setdefault(outcome.host, {})[outcome.rule] = outcome
     open_rules: dict[str, set[str]] = {}
     for finding in findings:
-        if finding.get("status", "open") == "open":
+        if finding.get("status", "open") == "open" and finding.get("severity") != "info":
             open_rules.setdefault(finding["host"], set()).add(finding["rule"])
-    return {c.key: _score(c, audited, open_rules) for c in CHECKLISTS}
+    facts = {
+        name: HostFacts(audited, frozenset(open_rules.get(name, ())), by_host.get(name, {}))
+        for name, audited in sorted(hosts)
+    }
+    return {c.key: _score(c, facts) for c in CHECKLISTS}
 
 
-def _score(
-    checklist: Checklist, audited: Mapping[str, bool], open_rules: Mapping[str, set[str]]
-) -> dict[str, Any]:
+def item_state(item: ChecklistItem, host: HostFacts) -> tuple[str, list[str]]:
+    """(PASSED | FAILED | UNKNOWN, why unknown: one line per rule that did not pass)."""
+    if not host.audited or host.open_rules.intersection(item.rules):
+        return FAILED, []
+    why = []
+    for code in item.rules:
+        outcome = host.outcomes.get(code)
+        if outcome is None:
+            why.append(f"{code}: no outcome recorded")
+        elif outcome.outcome not in (Outcome.PASS, Outcome.FAIL):
+            # A failed rule without open findings above info failed only on accepted risks.
+            detail = f": {outcome.reason}" if outcome.reason else ""
+            why.append(f"{code} {outcome.outcome.value.replace('_', ' ')}{detail}")
+    return (UNKNOWN, why) if why else (PASSED, [])
+
+
+def _score(checklist: Checklist, hosts: Mapping[str, HostFacts]) -> dict[str, Any]:
     checked = [item for item in checklist.items if item.rules]
-    failed: dict[str, list[str]] = {}  # item id -> hosts
+    states: dict[str, dict[str, list[str]]] = {FAILED: {}, UNKNOWN: {}}  # state -> item -> hosts
     per_host = {}
-    for host, was_audited in audited.items():
-        rules = open_rules.get(host, set())
-        failed_items = [
-            item.id for item in checked if not was_audited or rules.intersection(item.rules)
-        ]
-        for item_id in failed_items:
-            failed.setdefault(item_id, []).append(host)
-        per_host[host] = _tally(len(checked) - len(failed_items), len(checked))
-        per_host[host]["failed_items"] = failed_items
-    total_checks = len(checked) * len(audited)
-    total_failed = sum(len(hosts) for hosts in failed.values())
+    for name, host in hosts.items():
+        judged = {item.id: item_state(item, host) for item in checked}
+        failed = [i for i, (state, _) in judged.items() if state == FAILED]
+        unknown = {i: why for i, (state, why) in judged.items() if state == UNKNOWN}
+        for item_id in failed:
+            states[FAILED].setdefault(item_id, []).append(name)
+        for item_id in unknown:
+            states[UNKNOWN].setdefault(item_id, []).append(name)
+        passed = len(checked) - len(failed) - len(unknown)
+        per_host[name] = {
+            **_tally(passed, len(checked), len(unknown)),
+            "failed_items": failed,
+            "unknown_items": list(unknown),
+            "unknown_reasons": unknown,
+        }
+    total_checks = len(checked) * len(hosts)
+    total_failed = sum(len(h) for h in states[FAILED].values())
+    total_unknown = sum(len(h) for h in states[UNKNOWN].values())
     return {
         "title": checklist.title,
         "reference": checklist.reference,
@@ -158,16 +215,18 @@ def _score(
                 "rules": list(item.rules),
                 "checked": bool(item.rules),
                 "note": item.note,
-                "failed_hosts": failed.get(item.id, []),
+                "failed_hosts": states[FAILED].get(item.id, []),
+                "unknown_hosts": states[UNKNOWN].get(item.id, []),
             }
             for item in checklist.items
         ],
-        "fleet": _tally(total_checks - total_failed, total_checks),
+        "fleet": _tally(total_checks - total_failed - total_unknown, total_checks, total_unknown),
         "hosts": per_host,
     }
 
 
-def _tally(passed: int, checked: int) -> dict[str, Any]:
-    # None, not 0 or 100, when nothing could be checked: there is no score to give.
+def _tally(passed: int, checked: int, unknown: int = 0) -> dict[str, Any]:
+    # None, not 0 or 100, when nothing could be checked: there is no score to give. Unknown
+    # items are in ``checked`` but not in ``passed``: what was not verified is not fine.
     pct = round(100 * passed / checked, 1) if checked else None
-    return {"passed": passed, "checked": checked, "score_pct": pct}
+    return {"passed": passed, "checked": checked, "unknown": unknown, "score_pct": pct}

@@ -17,9 +17,13 @@ reader follows by choice.
 
 What grows with the fleet is not rendered here: the template writes the summaries, the panels,
 one row per risk and one collapsed line per host; a risk's findings and a host's GPU inventory,
-topology and XID timeline travel in the page data (:func:`build_context` ``page_data``) and the
-page script draws them when they are opened or printed. A 2,000-host page then opens with a few
-tens of thousands of elements instead of close to a million.
+NVLinks, topology, packages, services, sysctls, device nodes and XID incidents travel in the
+page data (:func:`build_context` ``page_data``) and the page script draws them when they are
+opened or printed. A 2,000-host page then opens with a few tens of thousands of elements instead
+of close to a million.
+
+Text from rules may mark commands as ``code`` with backtick pairs: :func:`code_spans` escapes the
+text first and only then wraps each pair's (already escaped) content in ``<code>``.
 """
 
 from __future__ import annotations
@@ -28,6 +32,7 @@ import base64
 import functools
 import hashlib
 import json
+import re
 from collections.abc import Sequence, Set
 from pathlib import Path
 from typing import Any
@@ -37,6 +42,7 @@ from markupsafe import Markup
 
 from gpuaudit import __version__
 from gpuaudit.model.snapshot import HostSnapshot
+from gpuaudit.report.provenance import provenance_view
 from gpuaudit.report.register import REGISTER_SCHEMA_VERSION, sort_snapshots
 from gpuaudit.report.register_views import (
     checklist_views,
@@ -77,6 +83,11 @@ _FINDING_KEYS = (
     "override_reason",
 )
 
+# Host parts that a fleet mostly shares: the page data keeps each distinct value once.
+SHARED_HOST_PARTS = ("topology", "nvlink", "packages", "services", "sysctls", "device_nodes")
+# A backtick pair on one line; the page script's codeText() reads text the same way.
+_CODE_SPAN = re.compile(r"`([^`\n]+)`")
+
 # Characters that could end a <script> element or open an HTML comment/CDATA inside it, and
 # the line separators JavaScript once treated as newlines; JSON allows \\u escapes for all.
 _SCRIPT_UNSAFE = {
@@ -97,6 +108,16 @@ def json_for_script(value: Any) -> Markup:
     return Markup(text)
 
 
+def code_spans(text: Any) -> Markup:
+    """``text`` escaped, then each backtick pair turned into a ``<code>`` element.
+
+    Escaping comes first, so what sits between the backticks is already inert text; a lone
+    backtick stays as it is.
+    """
+    escaped = str(Markup.escape("" if text is None else text))
+    return Markup(_CODE_SPAN.sub(r"<code>\1</code>", escaped))
+
+
 @functools.lru_cache(maxsize=1)
 def environment() -> Environment:
     env = Environment(
@@ -109,6 +130,7 @@ def environment() -> Environment:
         keep_trailing_newline=True,
     )
     env.filters["show"] = show
+    env.filters["code"] = code_spans
     env.filters["json_script"] = json_for_script
     env.filters["severity_class"] = lambda v: css_class(v, SEVERITY_CLASSES)
     env.filters["status_class"] = lambda v: css_class(v, STATUS_CLASSES)
@@ -153,24 +175,26 @@ def _page_finding(finding: dict[str, Any]) -> dict[str, Any]:
     return entry
 
 
-def _share_topologies(hosts: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Replace each host's topology with an index into the returned list of distinct ones.
+def _share_host_parts(hosts: list[dict[str, Any]]) -> dict[str, list[Any]]:
+    """Replace each host's shared parts with an index into the returned lists of distinct ones.
 
-    The hosts of a fleet mostly share a handful of board layouts, and the matrix is the
-    largest part of a host's page data: a 2,000-host HGX fleet then embeds one matrix, not 2,000.
+    The hosts of a fleet mostly share a handful of board layouts, package sets and settings,
+    and the topology matrix and NVLink table are the largest parts of a host's page data: a
+    2,000-host HGX fleet then embeds one of each, not 2,000.
     """
-    distinct: dict[str, int] = {}
-    topologies: list[dict[str, Any]] = []
-    for host in hosts:
-        topology = host["topology"]
-        if topology is None:
-            continue
-        key = json.dumps(topology, sort_keys=True)
-        if key not in distinct:
-            distinct[key] = len(topologies)
-            topologies.append(topology)
-        host["topology"] = distinct[key]
-    return topologies
+    shared: dict[str, list[Any]] = {part: [] for part in SHARED_HOST_PARTS}
+    for part, values in shared.items():
+        distinct: dict[str, int] = {}
+        for host in hosts:
+            value = host[part]
+            if value is None:
+                continue
+            key = json.dumps(value, sort_keys=True)
+            if key not in distinct:
+                distinct[key] = len(values)
+                values.append(value)
+            host[part] = distinct[key]
+    return shared
 
 
 def _host_views(
@@ -205,14 +229,14 @@ def build_context(
     are linked."""
     hosts = _host_views(register, snapshots)
     risks = risk_views(register, docs_pages)
-    topologies = _share_topologies(hosts)
+    shared = _share_host_parts(hosts)
     summary = register["summary"]
     script = page_script()
     page_data = {
         "findings": [_page_finding(f) for f in register["findings"]],
         "risks": risks,
         "hosts": hosts,
-        "topologies": topologies,
+        "shared": shared,
         "gpu_columns": GPU_COLUMNS,
     }
     return {
@@ -226,6 +250,7 @@ def build_context(
         "waived": [r for r in risks if r["status"] == "waived" or r["waiver"]],
         "options": filter_options(risks),
         "trends": trends_view(register, risks),
+        "provenance": provenance_view(register),
         "checklists": checklist_views(register, docs_pages),
         "hosts": hosts,
         "attention_hosts": [h for h in hosts if h["status"] != "ok"],

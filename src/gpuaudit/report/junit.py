@@ -1,11 +1,21 @@
 """The register as JUnit XML, so a CI job can gate on an audit and show it as test results.
 
-One ``testsuite`` per host, one ``testcase`` per rule evaluated for that host: every rule of
-the catalogue for a host that was collected, only the rules that report on the collection
-itself for a host that was not (the others did not run), and any rule with a finding there. A
-testcase fails when the rule has open findings at the ``--fail-on`` severity or above (any
-open finding without a threshold); it is skipped when all its findings are waived; open
-findings below the threshold are listed in ``system-out`` of a passing testcase.
+One ``testsuite`` per host, one ``testcase`` per rule with an outcome on that host (every rule
+of the catalogue, for a register written by an audit) or a finding there. The rule's outcome
+(``hosts[].outcomes`` in register.json) decides the testcase:
+
+- **fail** with open findings above info at the ``--fail-on`` severity or above (any, without a
+  threshold): a ``failure``; open findings below the threshold, and info findings (GA801's model
+  sizes: information, never a risk, as kube-bench never fails an INFO check), are listed in
+  ``system-out`` of a passing testcase; all findings waived: ``skipped`` with the waiver;
+- **pass**: a passing testcase;
+- **not_evaluated**: ``skipped``, message ``not evaluated: <why>`` (the section that failed, the
+  host that could not be reached). Skipped, not ``error``: Jenkins, GitLab and GitHub's test
+  reporters all count an ``error`` as a failed build, and a blind spot that is a risk is
+  already a failing finding of its own (GA001 unreachable, GA002 data incomplete, GA101 driver
+  not answering, GA104 no GPU tool, GA105 no kernel log); skipped testcases stay visible, with
+  their message, in every one of them;
+- **disabled**: ``skipped``, message ``disabled by policy: <where>``, never a pass.
 
 A testcase carries at most one ``failure`` element (its message counts the findings, its text
 lists them): several CI parsers keep only the first failure of a testcase.
@@ -22,16 +32,16 @@ import xml.etree.ElementTree as ET
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from gpuaudit.report.register import at_or_above
-from gpuaudit.rules.audit import NOT_COLLECTED
-
-# (code, title, runs_without_data) of each rule that was evaluated.
-Catalogue = Sequence[tuple[str, str, bool]]
+from gpuaudit.report.register import at_or_above, is_risk_severity
+from gpuaudit.rules.base import Outcome
 
 _NOT_XML = re.compile("[^\t\n\r\x20-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")
-_NOT_AUDITED = {status.value for status in NOT_COLLECTED}
 # Enough raw host output to recognise the evidence in a CI log; register.json has all of it.
 _EXCERPT_CHARS = 2000
+_SKIPPED = {
+    Outcome.NOT_EVALUATED.value: "not evaluated",
+    Outcome.DISABLED.value: "disabled by policy",
+}
 
 
 def xml_text(value: Any) -> str:
@@ -39,33 +49,19 @@ def xml_text(value: Any) -> str:
     return _NOT_XML.sub(lambda m: f"\\x{ord(m.group()):02x}", text)
 
 
-def rule_catalogue(policy: object | None = None) -> list[tuple[str, str, bool]]:
-    """The rules an evaluation with ``policy`` runs: the catalogue less disabled rules."""
-    from gpuaudit.rules import all_rules  # the report package imports the rules only here
-
-    if isinstance(policy, Mapping):
-        disabled = policy.get("disabled_rules")
-    else:
-        disabled = getattr(policy, "disabled_rules", None)
-    off = {str(code) for code in disabled or ()}
-    return [(r.code, r.title, r.runs_without_data) for r in all_rules() if r.code not in off]
-
-
-def render_junit(
-    register: Mapping[str, Any], *, fail_on: str | None = None, catalogue: Catalogue = ()
-) -> str:
+def render_junit(register: Mapping[str, Any], *, fail_on: str | None = None) -> str:
     findings = register.get("findings", [])
     by_host: dict[str, list[Mapping[str, Any]]] = {}
     for finding in findings:
         by_host.setdefault(finding["host"], []).append(finding)
-    statuses = {h["name"]: h["status"] for h in register.get("hosts", [])}
-    hosts = sorted(set(statuses) | set(by_host))
+    outcomes = {h["name"]: h.get("outcomes") or {} for h in register.get("hosts", [])}
+    titles = register.get("rules") or {}
+    hosts = sorted(set(outcomes) | set(by_host))
     stamp = str(register.get("generated_at") or "").removesuffix("Z")
     root = ET.Element("testsuites", name="gpuaudit")
     totals = {"tests": 0, "failures": 0, "skipped": 0}
     for host in hosts:
-        audited = statuses.get(host) not in _NOT_AUDITED if host in statuses else None
-        suite = _suite(host, by_host.get(host, []), audited, fail_on, catalogue)
+        suite = _suite(host, by_host.get(host, []), outcomes.get(host, {}), titles, fail_on)
         suite.set("timestamp", xml_text(stamp))
         root.append(suite)
         for key in totals:
@@ -81,31 +77,29 @@ def render_junit(
 def _suite(
     host: str,
     findings: Sequence[Mapping[str, Any]],
-    audited: bool | None,
+    outcomes: Mapping[str, Mapping[str, Any]],
+    titles: Mapping[str, str],
     fail_on: str | None,
-    catalogue: Catalogue,
 ) -> ET.Element:
-    titles: dict[str, str] = {}
-    if audited is not None:  # a host of the inventory, not a fleet rule's pseudo-host
-        titles.update((code, title) for code, title, anyway in catalogue if audited or anyway)
     per_rule: dict[str, list[Mapping[str, Any]]] = {}
+    names = {code: str(titles.get(code) or "") for code in outcomes}
     for finding in findings:
-        titles.setdefault(finding["rule"], finding["title"])
+        names.setdefault(finding["rule"], finding["title"])
         per_rule.setdefault(finding["rule"], []).append(finding)
     suite = ET.Element("testsuite", name=xml_text(host))
     counts = {"failures": 0, "skipped": 0}
-    for code in sorted(titles):
+    for code in sorted(names):
         case = ET.SubElement(
             suite,
             "testcase",
             classname=xml_text(host),
-            name=xml_text(f"{code} {titles[code]}"),
+            name=xml_text(f"{code} {names[code]}".strip()),
             time="0",
         )
-        outcome = _outcome(case, per_rule.get(code, []), fail_on)
-        if outcome:
-            counts[outcome] += 1
-    suite.set("tests", str(len(titles)))
+        result = _testcase(case, per_rule.get(code, []), outcomes.get(code), fail_on)
+        if result:
+            counts[result] += 1
+    suite.set("tests", str(len(names)))
     suite.set("failures", str(counts["failures"]))
     suite.set("errors", "0")
     suite.set("skipped", str(counts["skipped"]))
@@ -113,12 +107,24 @@ def _suite(
     return suite
 
 
-def _outcome(
-    case: ET.Element, findings: Sequence[Mapping[str, Any]], fail_on: str | None
+def _testcase(
+    case: ET.Element,
+    findings: Sequence[Mapping[str, Any]],
+    outcome: Mapping[str, Any] | None,
+    fail_on: str | None,
 ) -> str | None:
-    """Attach the testcase's result; return "failures", "skipped" or None (passed)."""
+    """Attach the testcase's result; return "failures", "skipped" or None (passed).
+
+    Open findings that do not fail it (below the threshold, or info) go to ``system-out``,
+    whatever the result.
+    """
     open_findings = [f for f in findings if f.get("status", "open") == "open"]
-    failing = [f for f in open_findings if fail_on is None or at_or_above(f["severity"], fail_on)]
+    risks = [f for f in open_findings if is_risk_severity(f["severity"])]
+    failing = [f for f in risks if fail_on is None or at_or_above(f["severity"], fail_on)]
+    below = [f for f in risks if f not in failing]
+    info = [f for f in open_findings if not is_risk_severity(f["severity"])]
+    result: str | None = None
+    state = (outcome or {}).get("outcome")
     if failing:
         worst = failing[0]  # the register lists findings most severe first
         element = ET.SubElement(
@@ -127,21 +133,33 @@ def _outcome(
             message=xml_text(f"{len(failing)} open finding(s): {worst['message']}"),
             type=worst["severity"],
         )
-        element.text = xml_text("\n\n".join(_describe(f) for f in failing))
-        return "failures"
-    if findings and not open_findings:
+        element.text = xml_text(_describe_all(failing))
+        result = "failures"
+    elif state in _SKIPPED:
+        reason = str((outcome or {}).get("reason") or "no reason recorded")
+        element = ET.SubElement(case, "skipped", message=xml_text(f"{_SKIPPED[state]}: {reason}"))
+        element.text = xml_text(reason)
+        result = "skipped"
+    elif findings and not open_findings:
         waiver = findings[0].get("waiver") or {}
         ET.SubElement(
             case,
             "skipped",
             message=xml_text(f"waived until {waiver.get('expires')}: {waiver.get('reason', '')}"),
         )
-        return "skipped"
-    if open_findings:
-        below = f"open findings below --fail-on {fail_on}:\n\n"
-        out = ET.SubElement(case, "system-out")
-        out.text = xml_text(below + "\n\n".join(_describe(f) for f in open_findings))
-    return None
+        result = "skipped"
+    parts = []
+    if below:
+        parts.append(f"open findings below --fail-on {fail_on}:\n\n" + _describe_all(below))
+    if info:
+        parts.append("informational findings (not risks):\n\n" + _describe_all(info))
+    if parts:
+        ET.SubElement(case, "system-out").text = xml_text("\n\n".join(parts))
+    return result
+
+
+def _describe_all(findings: Sequence[Mapping[str, Any]]) -> str:
+    return "\n\n".join(_describe(f) for f in findings)
 
 
 def _describe(finding: Mapping[str, Any]) -> str:

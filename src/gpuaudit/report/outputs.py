@@ -2,7 +2,8 @@
 
 - ``register.csv``   one row per finding, for spreadsheets and ticket imports;
 - ``summary.md``     a short Markdown digest for a ticket or a chat channel;
-- ``junit.xml``      one testsuite per host, one testcase per rule evaluated for it (junit.py);
+- ``junit.xml``      one testsuite per host, one testcase per rule and its outcome there
+                     (junit.py);
 - ``gpuaudit.prom``  a Prometheus textfile (node_exporter's textfile collector).
 
 Host names, messages and evidence come from the hosts and are untrusted; each format escapes
@@ -20,8 +21,8 @@ from collections.abc import Iterable, Mapping
 from datetime import datetime
 from typing import Any
 
-from gpuaudit.report.junit import render_junit, rule_catalogue
-from gpuaudit.report.register import SEVERITY_ORDER
+from gpuaudit.report.junit import render_junit
+from gpuaudit.report.register import SEVERITY_ORDER, is_open_risk
 
 CSV_FILE = "register.csv"
 MARKDOWN_FILE = "summary.md"
@@ -55,11 +56,12 @@ _LIST_LIMIT = 10
 def render_outputs(
     register: Mapping[str, Any], *, fail_on: str | None = None, policy: object | None = None
 ) -> dict[str, str]:
-    """Every view, by file name."""
+    """Every view, by file name. ``policy`` is accepted for callers that pass it: the register
+    already holds what it decided (waivers, disabled rules, severities)."""
     return {
         CSV_FILE: render_csv(register),
         MARKDOWN_FILE: render_markdown(register),
-        JUNIT_FILE: render_junit(register, fail_on=fail_on, catalogue=rule_catalogue(policy)),
+        JUNIT_FILE: render_junit(register, fail_on=fail_on),
         PROMETHEUS_FILE: render_prometheus(register),
     }
 
@@ -114,7 +116,9 @@ def render_markdown(register: Mapping[str, Any]) -> str:
         f"Generated {md(register.get('generated_at'))}: {summary.get('host_count', 0)} hosts, "
         f"{summary.get('gpu_count', 0)} GPUs, {summary.get('finding_count', 0)} findings in "
         f"{len(risks)} risks ({by_status.get('open', 0)} open, "
-        f"{by_status.get('waived', 0)} waived).",
+        f"{by_status.get('waived', 0)} waived, {summary.get('info_risk_count', 0)} "
+        "informational).",
+        *_outcome_line(summary.get("outcomes")),
         "",
         "| severity | findings | open risks |",
         "| --- | ---: | ---: |",
@@ -140,8 +144,19 @@ def render_markdown(register: Mapping[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _outcome_line(outcomes: Mapping[str, int] | None) -> list[str]:
+    if not outcomes or not any(outcomes.values()):
+        return []
+    return [
+        "",
+        f"Rules on hosts: {outcomes.get('fail', 0)} failed, {outcomes.get('pass', 0)} passed, "
+        f"{outcomes.get('not_evaluated', 0)} not evaluated (data missing), "
+        f"{outcomes.get('disabled', 0)} disabled by policy.",
+    ]
+
+
 def _top_risks(risks: list[dict[str, Any]]) -> list[str]:
-    open_risks = [r for r in risks if r.get("status") == "open"]
+    open_risks = [r for r in risks if is_open_risk(r)]
     lines = ["", "## Top risks", ""]
     if not open_risks:
         return [*lines, "No open risks."]
@@ -164,14 +179,17 @@ def _top_risks(risks: list[dict[str, Any]]) -> list[str]:
 def _checklists(checklists: Mapping[str, Any]) -> list[str]:
     if not checklists:
         return []
-    lines = ["", "## Readiness checklists", "", "| checklist | fleet score | items checked |"]
-    lines.append("| --- | ---: | ---: |")
+    lines = ["", "## Readiness checklists", ""]
+    lines.append("| checklist | fleet score | items checked | host checks not verified |")
+    lines.append("| --- | ---: | ---: | ---: |")
     for checklist in checklists.values():
         fleet = checklist["fleet"]
         score = "n/a" if fleet["score_pct"] is None else f"{fleet['score_pct']}%"
         checked = sum(1 for item in checklist["items"] if item["checked"])
+        unknown = f"{fleet.get('unknown', 0)} of {fleet['checked']}"
         lines.append(
-            f"| {md(checklist['title'])} | {score} | {checked} of {len(checklist['items'])} |"
+            f"| {md(checklist['title'])} | {score} | {checked} of {len(checklist['items'])} "
+            f"| {unknown} |"
         )
     return lines
 
@@ -193,7 +211,7 @@ def _trends(trends: Mapping[str, Any] | None) -> list[str]:
         lines.append(
             f"- Not re-checked (host not audited this time): {_some(unverified, _LIST_LIMIT)}"
         )
-    for key, label in (("hosts_added", "Hosts added"), ("hosts_removed", "Hosts removed")):
+    for key, label in (("hosts_added", "New hosts"), ("hosts_removed", "Not in this run's scope")):
         if trends[key]:
             lines.append(f"- {label}: {_some(trends[key], _LIST_LIMIT)}")
     for change in trends["driver_changes"][:_LIST_LIMIT]:

@@ -3,18 +3,26 @@
 The register is a plain, versioned dict so that the HTML page, CSV / Markdown / JUnit /
 Prometheus views and outside tools all read the same thing. Its shape::
 
-    schema_version  "1.2" (major bumps on breaking changes; minors only add keys)
+    schema_version  "1.3" (major bumps on breaking changes; minors only add keys)
     generated_at    ISO 8601 UTC
     run_id          e.g. "20261129T161000Z" (None when the register is not tied to a run)
     summary         counts: findings by severity / category / owner, hosts by status, GPUs,
-                    risks by status and open risks by severity
-    hosts           one entry per snapshot, unreachable and failed hosts included
+                    risks by status and open risks by severity (an info finding is not an
+                    open risk: ``info_risk_count``), rule outcomes host by host
+    hosts           one entry per snapshot, unreachable and failed hosts included; "outcomes":
+                    rule code -> {"outcome": "fail" | "pass" | "not_evaluated" | "disabled",
+                    "reason" (why not evaluated or disabled), "findings" (how many, when it
+                    failed), "gpus" (outcome -> GPU indexes, for rules that judge GPUs one
+                    by one) and "gpu_reasons" (GPU index -> why)}
+    rules           rule code -> title, for every rule with an outcome or a finding
     risks           findings grouped across hosts by rule and subject (risks.py), open first
     findings        Finding.to_dict() each, most severe first, plus "risk" (its risk id),
                     "status" ("open" | "waived"), "waiver" and "waiver_expired"
     checklists      the readiness checklists scored per host and fleet, each with the docs
                     section that explains it in "reference" (checklists.py)
     trends          comparison with the previous run (trends.py), None without one
+    provenance      scope, policy file and sha256, versions, operator and command line
+                    (provenance.py; written by RunDir.write_report, absent when not given)
     rollouts        driver rollouts beside the run that are running, halted or paused
                     (rollouts.py; written by RunDir.write_report, absent from a bare register)
 
@@ -31,12 +39,13 @@ from typing import Any
 
 from gpuaudit.model.snapshot import Gpu, HostSnapshot, HostStatus
 from gpuaudit.report.checklists import build_checklists
+from gpuaudit.report.provenance import Provenance
 from gpuaudit.report.risks import OPEN, WAIVED, annotate_finding, build_risks, check_waivers
 from gpuaudit.report.trends import PreviousRun, build_trends
 from gpuaudit.rules.audit import NOT_COLLECTED
-from gpuaudit.rules.base import Finding, Owner, Severity
+from gpuaudit.rules.base import REGISTRY, Finding, Outcome, Owner, RuleOutcome, Severity
 
-REGISTER_SCHEMA_VERSION = "1.2"
+REGISTER_SCHEMA_VERSION = "1.3"
 
 # Most severe first: the order counts and findings are presented in everywhere.
 SEVERITY_ORDER: tuple[Severity, ...] = tuple(sorted(Severity, key=lambda s: -s.rank))
@@ -79,8 +88,13 @@ def gpu_entry(gpu: Gpu) -> dict[str, Any]:
     }
 
 
-def host_entry(snapshot: HostSnapshot, by_severity: Counter[Severity]) -> dict[str, Any]:
-    """One host row; ``by_severity`` counts the findings on this host."""
+def host_entry(
+    snapshot: HostSnapshot,
+    by_severity: Counter[Severity],
+    outcomes: Iterable[RuleOutcome] = (),
+) -> dict[str, Any]:
+    """One host row; ``by_severity`` counts the findings on this host, ``outcomes`` are the
+    rules' outcomes on it."""
     return {
         "name": snapshot.host,
         "status": snapshot.status.value,
@@ -94,6 +108,7 @@ def host_entry(snapshot: HostSnapshot, by_severity: Counter[Severity]) -> dict[s
         "gpus": [gpu_entry(g) for g in sorted(snapshot.gpus, key=lambda g: g.index)],
         "finding_count": sum(by_severity.values()),
         "findings_by_severity": {s.value: by_severity.get(s, 0) for s in SEVERITY_ORDER},
+        "outcomes": {o.rule: o.to_dict() for o in sorted(outcomes, key=lambda o: o.rule)},
     }
 
 
@@ -102,21 +117,37 @@ def at_or_above(severity: str, threshold: str) -> bool:
     return Severity(severity).rank >= Severity(threshold).rank
 
 
+def is_risk_severity(severity: str) -> bool:
+    """Whether findings of ``severity`` are risks; info findings only inform (GA801's model
+    sizes), as kube-bench's INFO checks never fail."""
+    return severity != Severity.INFO.value
+
+
+def is_open_risk(risk: dict[str, Any]) -> bool:
+    """An open risk: not waived, and above info (its most severe finding sets its severity)."""
+    return risk["status"] == OPEN and is_risk_severity(risk["severity"])
+
+
 def open_risks_at_or_above(register: dict[str, Any], threshold: str) -> list[dict[str, Any]]:
     """The risks with an open finding at ``threshold`` or above (what ``--fail-on`` counts).
 
     Counted on open findings, not on the risk's overall severity: a risk whose critical finding
-    is waived and whose other findings are low must not fail a ``--fail-on high`` gate.
+    is waived and whose other findings are low must not fail a ``--fail-on high`` gate. Info
+    findings are never counted, whatever the threshold.
     """
     findings = register.get("findings", [])
+
+    def counts(finding: dict[str, Any]) -> bool:
+        severity = finding["severity"]
+        return is_risk_severity(severity) and at_or_above(severity, threshold)
+
     if "risks" not in register:  # a register from before risks: every finding is open
-        return [f for f in findings if at_or_above(f["severity"], threshold)]
+        return [f for f in findings if counts(f)]
     return [
         risk
         for risk in register["risks"]
         if any(
-            findings[i].get("status", OPEN) == OPEN
-            and at_or_above(findings[i]["severity"], threshold)
+            findings[i].get("status", OPEN) == OPEN and counts(findings[i])
             for i in risk["findings"]
         )
     ]
@@ -126,8 +157,10 @@ def build_summary(
     snapshots: Sequence[HostSnapshot],
     findings: Sequence[Finding],
     risks: Sequence[dict[str, Any]] = (),
+    outcomes: Sequence[RuleOutcome] = (),
 ) -> dict[str, Any]:
     severities = Counter(f.severity for f in findings)
+    results = Counter(o.outcome for o in outcomes)
     categories = Counter(f.category for f in findings)
     owners = Counter(f.owner for f in findings)
     statuses = Counter(s.status for s in snapshots)
@@ -143,14 +176,30 @@ def build_summary(
         # Hosts the audit could not fully see: the first thing a reader must know.
         "hosts_not_ok": sorted({s.host for s in snapshots if s.status is not HostStatus.OK}),
         "risk_count": len(risks),
+        # Info risks are neither open nor waived: they are counted on their own.
         "risks_by_status": {
-            st: sum(1 for r in risks if r["status"] == st) for st in (OPEN, WAIVED)
+            OPEN: sum(1 for r in risks if is_open_risk(r)),
+            WAIVED: sum(1 for r in risks if r["status"] == WAIVED),
         },
+        "info_risk_count": sum(
+            1 for r in risks if r["status"] == OPEN and not is_risk_severity(r["severity"])
+        ),
         "open_risks_by_severity": {
-            s.value: sum(1 for r in risks if r["status"] == OPEN and r["severity"] == s.value)
+            s.value: sum(1 for r in risks if is_open_risk(r) and r["severity"] == s.value)
             for s in SEVERITY_ORDER
         },
+        # Host × rule: how many rules failed, passed, could not look, or are turned off.
+        "outcomes": {o.value: results.get(o, 0) for o in Outcome},
     }
+
+
+def rule_titles(outcomes: Iterable[RuleOutcome], findings: Iterable[Finding]) -> dict[str, str]:
+    """Code -> title of every rule the register names (the catalogue's, else a finding's)."""
+    titles = {f.rule: f.title for f in findings}
+    for outcome in outcomes:
+        known = REGISTRY.get(outcome.rule)
+        titles.setdefault(outcome.rule, known.title if known else outcome.rule)
+    return dict(sorted(titles.items()))
 
 
 def build_register(
@@ -161,12 +210,16 @@ def build_register(
     run_id: str | None = None,
     policy: object | None = None,
     previous: PreviousRun | None = None,
+    provenance: Provenance | None = None,
+    outcomes: Sequence[RuleOutcome] | None = None,
 ) -> dict[str, Any]:
     """Assemble the register dict (JSON-ready) from snapshots and the findings on them.
 
     ``policy`` supplies waivers when it has ``waiver_status`` (see risks.py); they are judged
     on the day of ``generated_at``, so rebuilding an old run gives the same answer. ``previous``
-    (trends.load_previous) adds the trends.
+    (trends.load_previous) adds the trends. ``outcomes`` are the rules' outcomes on the hosts
+    (``rules.assess``); without them the register knows only what the findings say, and claims
+    no rule passed anywhere.
     """
     generated_at = generated_at or utc_now_iso()
     ordered_snapshots = sort_snapshots(snapshots)
@@ -182,16 +235,26 @@ def build_register(
     for finding in ordered_findings:
         per_host.setdefault(finding.host, Counter())[finding.severity] += 1
     audited = [(s.host, s.status not in NOT_COLLECTED) for s in ordered_snapshots]
+    outcomes = list(outcomes or ())
+    host_outcomes: dict[str, list[RuleOutcome]] = {}
+    for outcome in outcomes:
+        host_outcomes.setdefault(outcome.host, []).append(outcome)
     return {
         "schema_version": REGISTER_SCHEMA_VERSION,
         "generated_at": generated_at,
         "run_id": run_id,
-        "summary": build_summary(ordered_snapshots, ordered_findings, risks),
-        "hosts": [host_entry(s, per_host.get(s.host, Counter())) for s in ordered_snapshots],
+        "summary": build_summary(ordered_snapshots, ordered_findings, risks, outcomes),
+        "hosts": [
+            host_entry(s, per_host.get(s.host, Counter()), host_outcomes.get(s.host, ()))
+            for s in ordered_snapshots
+        ],
+        "rules": rule_titles(outcomes, ordered_findings),
         "risks": risks,
         "findings": entries,
-        "checklists": build_checklists(audited, entries),
+        "checklists": build_checklists(audited, entries, outcomes),
         "trends": build_trends(ordered_snapshots, risks, previous),
+        # Where the register came from (provenance.py); absent when not given.
+        **({"provenance": provenance.to_dict()} if provenance is not None else {}),
     }
 
 

@@ -15,8 +15,9 @@ from collections import Counter
 from collections.abc import Mapping, Sequence, Set
 from typing import Any
 
+from gpuaudit.report.provenance import Scope
 from gpuaudit.report.references import reference_view
-from gpuaudit.report.register import SEVERITY_ORDER
+from gpuaudit.report.register import SEVERITY_ORDER, is_risk_severity
 
 RISK_STATUSES = ("open", "waived", "resolved")
 # Long lists in the summary panels are cut here: the page stays light on a large fleet and
@@ -161,8 +162,12 @@ def filter_options(risks: Sequence[Mapping[str, Any]]) -> dict[str, list[str]]:
 
 
 def status_counts(risks: Sequence[Mapping[str, Any]]) -> dict[str, int]:
-    counts = Counter(r["status"] for r in risks)
-    return {s: counts.get(s, 0) for s in RISK_STATUSES}
+    """Risks by status; an open info risk only informs (register.is_open_risk), counted apart."""
+    counts = Counter(
+        "info" if r["status"] == "open" and not is_risk_severity(r["severity"]) else r["status"]
+        for r in risks
+    )
+    return {s: counts.get(s, 0) for s in (*RISK_STATUSES, "info")}
 
 
 def _capped(items: Sequence[Any]) -> dict[str, Any]:
@@ -175,7 +180,7 @@ def trends_view(
 ) -> dict[str, Any] | None:
     """The comparison with the previous run; None when the register has no trends key.
 
-    ``{"first_run": True}`` when the key is there but empty (no earlier run to compare with).
+    ``{"first_run": True}`` when the key is there but empty (no earlier comparable run).
     """
     if "trends" not in register:
         return None
@@ -199,33 +204,54 @@ def trends_view(
             )
         return out
 
-    resolved = [
-        {
-            "id": str(r.get("id", "")),
-            "title": str(r.get("title", "")),
-            "severity": str(r.get("severity", "")),
-            "hosts": len(_as_list(r.get("affected_hosts"))),
-            "index": None,
-        }
-        for r in _as_list(trends.get("resolved"))
-        if isinstance(r, Mapping)
-    ]
+    def briefs(entries: Any) -> list[dict[str, Any]]:
+        """Risks of the previous run (no longer in this register: nothing to link to)."""
+        return [
+            {
+                "id": str(r.get("id", "")),
+                "title": str(r.get("title", "")),
+                "severity": str(r.get("severity", "")),
+                "hosts": len(_as_list(r.get("affected_hosts"))),
+                "index": None,
+            }
+            for r in _as_list(entries)
+            if isinstance(r, Mapping)
+        ]
+
     growth = [g for g in _as_list(trends.get("growth")) if isinstance(g, Mapping)]
     drivers = [d for d in _as_list(trends.get("driver_changes")) if isinstance(d, Mapping)]
     added = [str(h) for h in _as_list(trends.get("hosts_added"))]
     removed = [str(h) for h in _as_list(trends.get("hosts_removed"))]
+    compared = trends.get("compared_hosts")
     return {
         "first_run": False,
         "previous_run_id": str(trends.get("previous_run_id") or ""),
         "previous_generated_at": str(trends.get("previous_generated_at") or ""),
+        "previous_scope": _scope_text(trends.get("previous_scope")),
+        "compared_hosts": compared if isinstance(compared, int) else None,
         "new": _capped(described(trends.get("new"))),
-        "resolved": _capped(resolved),
+        "resolved": _capped(briefs(trends.get("resolved"))),
         "persisting": _capped(described(trends.get("persisting"))),
+        "unverified": _capped(briefs(trends.get("unverified"))),
+        "risks_on_new_hosts": _capped(described(trends.get("risks_on_new_hosts"))),
+        "risks_not_in_scope": _capped(briefs(trends.get("risks_not_in_scope"))),
+        "fleet_not_compared": _capped(described(trends.get("fleet_not_compared"))),
         "growth": _capped(growth),
         "driver_changes": _capped(drivers),
         "hosts_added": _capped(added),
         "hosts_removed": _capped(removed),
+        "notes": [str(n) for n in _as_list(trends.get("notes"))],
     }
+
+
+def _scope_text(scope: Any) -> str:
+    """The previous run's scope in words ("" when it recorded none or it is unreadable)."""
+    if not isinstance(scope, Mapping):
+        return ""
+    try:
+        return Scope.from_dict(scope).describe()
+    except (TypeError, ValueError):
+        return ""
 
 
 def _score(entry: Any) -> dict[str, Any]:
@@ -234,6 +260,7 @@ def _score(entry: Any) -> dict[str, Any]:
     return {
         "passed": entry.get("passed", 0),
         "checked": entry.get("checked", 0),
+        "unknown": entry.get("unknown", 0),
         "score_pct": pct if isinstance(pct, (int, float)) else None,
     }
 
@@ -254,9 +281,11 @@ def checklist_views(
         if not isinstance(hosts, Mapping):
             hosts = {}
         failing: Counter[str] = Counter()
+        unknown: Counter[str] = Counter()
         for entry in hosts.values():
             if isinstance(entry, Mapping):
                 failing.update(str(i) for i in _as_list(entry.get("failed_items")))
+                unknown.update(str(i) for i in _as_list(entry.get("unknown_items")))
         items = [
             {
                 "id": str(item.get("id", "")),
@@ -264,6 +293,8 @@ def checklist_views(
                 "rules": [str(r) for r in _as_list(item.get("rules"))],
                 "checked": bool(item.get("checked")),
                 "failing_hosts": failing.get(str(item.get("id", "")), 0),
+                # Hosts where its rules could not look (or are disabled): not verified there.
+                "unknown_hosts": unknown.get(str(item.get("id", "")), 0),
             }
             for item in _as_list(checklist.get("items"))
             if isinstance(item, Mapping)
@@ -284,7 +315,8 @@ def checklist_views(
 
 
 def host_checklists(register: Mapping[str, Any]) -> dict[str, list[dict[str, Any]]]:
-    """Per host: its score on each checklist, with the texts of the items it fails."""
+    """Per host: its score on each checklist, with the texts of the items it fails and of the
+    items that could not be verified on it."""
     checklists = register.get("checklists")
     by_host: dict[str, list[dict[str, Any]]] = {}
     if not isinstance(checklists, Mapping):
@@ -301,11 +333,13 @@ def host_checklists(register: Mapping[str, Any]) -> dict[str, list[dict[str, Any
             if not isinstance(entry, Mapping):
                 continue
             failed = [str(i) for i in _as_list(entry.get("failed_items"))]
+            unknown = [str(i) for i in _as_list(entry.get("unknown_items"))]
             by_host.setdefault(str(host), []).append(
                 {
                     "title": str(checklist.get("title") or key),
                     **_score(entry),
                     "failed": [f"{i}: {texts[i]}" if texts.get(i) else i for i in failed],
+                    "not_verified": [f"{i}: {texts[i]}" if texts.get(i) else i for i in unknown],
                 }
             )
     return by_host

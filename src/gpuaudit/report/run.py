@@ -5,6 +5,7 @@ Layout::
     reports/<run-id>/
         hosts/<safe-host-name>.json   one HostSnapshot per host, written the moment it arrives
         register.json                 the risk register (see register.py)
+        provenance.json               what the run covered and who ran it (provenance.py)
         index.html                    the self-contained HTML page
         register.csv, summary.md,     views of the register for other tools (outputs.py)
         junit.xml, gpuaudit.prom
@@ -12,9 +13,11 @@ Layout::
                                       page links (references.py)
 
 Snapshots are the source of truth: ``register.json`` and ``index.html`` can always be rebuilt from
-``hosts/`` alone (``gpuaudit report <run-dir>`` → :func:`rebuild`). Every file is written to a
-temporary name and renamed into place, so a crash mid-audit leaves whole files or none, and a
-reader never sees half a snapshot.
+``hosts/`` alone (``gpuaudit report <run-dir>`` → :func:`rebuild`); a snapshot file edited by
+hand since, or damaged, costs its host its unusable values, never the report
+(:func:`load_snapshot_file`). Every file is written to a temporary name and renamed into place,
+so a crash mid-audit leaves whole files or none, and a reader never sees half a snapshot; the
+report's files are all rendered before any is written, and renamed together, register.json last.
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ import os
 import re
 import tempfile
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -33,11 +37,12 @@ from typing import TYPE_CHECKING, Any
 from gpuaudit.model.snapshot import HostSnapshot, HostStatus, Section
 from gpuaudit.report.html import render_html
 from gpuaudit.report.outputs import render_outputs
+from gpuaudit.report.provenance import PROVENANCE_FILE, register_provenance
 from gpuaudit.report.references import DOCS_DIR, docs_file, docs_pages
 from gpuaudit.report.register import build_register, utc_now_iso
 from gpuaudit.report.rollouts import open_rollouts
 from gpuaudit.report.trends import find_previous, load_previous
-from gpuaudit.rules.base import Finding
+from gpuaudit.rules.base import Finding, RuleOutcome
 
 if TYPE_CHECKING:
     from gpuaudit.policy import Policy
@@ -52,6 +57,7 @@ _MAX_STEM = 100
 # Enough of a corrupt snapshot file to show what went wrong, without bloating the register.
 _CORRUPT_EXCERPT_BYTES = 16 * 1024
 _RUN_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+_MAX_RUN_ID = 128
 
 
 def safe_host_filename(host: str) -> str:
@@ -69,8 +75,41 @@ def safe_host_filename(host: str) -> str:
     return f"{cleaned or 'host'}-{digest}{SNAPSHOT_SUFFIX}"
 
 
+def os_error_text(error: OSError) -> str:
+    """An OSError as a person reads it: ``<file>: <what went wrong>``."""
+    what = error.strerror or str(error) or type(error).__name__
+    return f"{error.filename}: {what}" if error.filename else what
+
+
 def atomic_write_text(path: Path, text: str) -> None:
     """Write ``text`` to ``path`` via a temporary file in the same directory and a rename."""
+    atomic_write_files({path: text})
+
+
+def atomic_write_files(files: Mapping[Path, str]) -> None:
+    """Write every file of ``files`` (path → text): first each to a temporary file beside it,
+    then, once all are on disk, rename each into place, in the order given.
+
+    A failure while writing (a full disk, a directory that cannot be made) leaves every file
+    as it was and no temporary behind; renames need no space, and a caller that gives the file
+    marking the set complete last never leaves it newer than the others.
+    """
+    staged: dict[Path, str] = {}
+    try:
+        for path, text in files.items():
+            staged[path] = _write_temporary(path, text)
+        for path in list(staged):
+            os.replace(staged[path], path)
+            del staged[path]
+    except BaseException:
+        for tmp_name in staged.values():
+            with contextlib.suppress(OSError):
+                os.unlink(tmp_name)
+        raise
+
+
+def _write_temporary(path: Path, text: str) -> str:
+    """``text`` in a new temporary file beside ``path``, flushed to disk; its name."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
@@ -82,11 +121,11 @@ def atomic_write_text(path: Path, text: str) -> None:
         umask = os.umask(0)
         os.umask(umask)
         os.chmod(tmp_name, 0o666 & ~umask)
-        os.replace(tmp_name, path)
     except BaseException:
         with contextlib.suppress(OSError):
             os.unlink(tmp_name)
         raise
+    return tmp_name
 
 
 class RunDir:
@@ -137,6 +176,28 @@ class RunDir:
         """Read every snapshot; an unreadable one becomes a COLLECTION_FAILED host, not an error."""
         return [load_snapshot_file(p) for p in self.snapshot_files()]
 
+    def discard_if_empty(self) -> bool:
+        """Remove the run directory when the run left nothing in it, and say whether it did.
+
+        Nothing means no snapshot and no register: an empty ``hosts/`` and the copies a run
+        starts with (policy.yaml, provenance.json) are not results. Anything else found there
+        keeps the directory.
+        """
+        from gpuaudit.policy import POLICY_FILE  # the policy package reads rules
+
+        if self.snapshot_files() or self.register_path.exists():
+            return False
+        for name in (POLICY_FILE, PROVENANCE_FILE):
+            with contextlib.suppress(FileNotFoundError):
+                (self.path / name).unlink()
+        try:
+            if self.hosts_dir.is_dir():
+                self.hosts_dir.rmdir()
+            self.path.rmdir()
+        except OSError:  # something else is in there: not ours to remove
+            return False
+        return True
+
     def write_report(
         self,
         snapshots: Sequence[HostSnapshot],
@@ -147,48 +208,99 @@ class RunDir:
         previous: str | os.PathLike[str] | None = None,
         fail_on: str | None = None,
     ) -> Path:
-        """Write register.json, index.html and the views of outputs.py; return index.html.
+        """Write register.json, index.html, the views of outputs.py and the docs pages the
+        register cites (:meth:`render_report`); return index.html.
+
+        Every file is rendered before any is written, and all are renamed into place together
+        at the end, register.json last: a renderer that fails or a disk that fills leaves the
+        previous report whole, never a new register beside a stale page.
+        """
+        files = self.render_report(
+            snapshots,
+            findings,
+            policy=policy,
+            generated_at=generated_at,
+            previous=previous,
+            fail_on=fail_on,
+        )
+        atomic_write_files({self.path / name: text for name, text in files.items()})
+        return self.html_path
+
+    def render_report(
+        self,
+        snapshots: Sequence[HostSnapshot],
+        findings: Sequence[Finding] | None = None,
+        *,
+        policy: Policy | Mapping[str, Any] | None = None,
+        generated_at: str | None = None,
+        previous: str | os.PathLike[str] | None = None,
+        fail_on: str | None = None,
+    ) -> dict[str, str]:
+        """Every file of the report, in memory: its path in the run directory → its text,
+        register.json last. The register is :meth:`assemble_register`'s; ``fail_on`` is
+        junit.xml's failure threshold."""
+        register = self.assemble_register(
+            snapshots, findings, policy=policy, generated_at=generated_at, previous=previous
+        )
+        files = docs_copies(cited_references(register))
+        files[HTML_FILE] = render_html(register, snapshots, docs_pages=frozenset(files))
+        files.update(render_outputs(register, fail_on=fail_on, policy=policy))
+        files[REGISTER_FILE] = (
+            json.dumps(register, indent=1, ensure_ascii=False, allow_nan=False) + "\n"
+        )
+        return files
+
+    def assemble_register(
+        self,
+        snapshots: Sequence[HostSnapshot],
+        findings: Sequence[Finding] | None = None,
+        *,
+        policy: Policy | Mapping[str, Any] | None = None,
+        generated_at: str | None = None,
+        previous: str | os.PathLike[str] | None = None,
+    ) -> dict[str, Any]:
+        """The register of this run (register.py), with the open rollouts beside it.
 
         Without ``findings`` the rules are evaluated here (with ``policy``, which also supplies
-        waivers). Trends compare with ``previous`` (a run directory), by default with the newest
-        earlier run next to this one (trends.find_previous). ``fail_on`` is junit.xml's
-        failure threshold.
+        waivers), and the register records every rule's outcome on every host; findings given
+        by the caller come without outcomes. Trends compare with ``previous`` (a run
+        directory), by default with the newest earlier comparable run next to this one
+        (trends.find_previous). The register's provenance is the one the run recorded
+        (provenance.json).
         """
+        outcomes: Sequence[RuleOutcome] | None = None
         if findings is None:
             # Imported late: the report package is usable (and testable) without the rules.
-            from gpuaudit.rules import evaluate  # type: ignore[attr-defined,unused-ignore]
+            from gpuaudit.rules import assess  # type: ignore[attr-defined,unused-ignore]
 
-            findings = list(evaluate(snapshots, policy=policy))
-        previous_path = previous if previous is not None else find_previous(self.path)
+            evaluation = assess(snapshots, policy=policy)
+            findings, outcomes = list(evaluation.findings), evaluation.outcomes
+        provenance = register_provenance(self.path, policy)
+        if previous is None:
+            hosts = [s.host for s in snapshots]
+            previous = find_previous(self.path, hosts, provenance.scope)
         register = build_register(
             snapshots,
             findings,
             generated_at=generated_at or utc_now_iso(),
             run_id=self.run_id,
             policy=policy,
-            previous=load_previous(previous_path) if previous_path is not None else None,
+            previous=load_previous(previous) if previous is not None else None,
+            provenance=provenance,
+            outcomes=outcomes,
         )
         register["rollouts"] = open_rollouts(self.path.parent)
-        atomic_write_text(
-            self.register_path, json.dumps(register, indent=1, ensure_ascii=False) + "\n"
-        )
-        copied = self.copy_docs(cited_references(register))
-        atomic_write_text(self.html_path, render_html(register, snapshots, docs_pages=copied))
-        for name, text in render_outputs(register, fail_on=fail_on, policy=policy).items():
-            atomic_write_text(self.path / name, text)
-        return self.html_path
+        return register
 
-    def copy_docs(self, references: Sequence[Any], docs_dir: Path | None = None) -> frozenset[str]:
-        """Copy the docs pages ``references`` cite (and the pages they link to) into the run
-        directory, at their repository paths (``docs/…``), and return the pages copied. Without
-        a docs directory (gpuaudit installed without its source tree) nothing is copied, and the
-        page shows those references as text. ``docs_dir`` defaults to the checkout's docs/."""
-        docs_dir = DOCS_DIR if docs_dir is None else docs_dir
-        pages = docs_pages(references, docs_dir) if docs_dir.is_dir() else []
-        for page in pages:
-            text = docs_file(page, docs_dir).read_text(encoding="utf-8")
-            atomic_write_text(self.path / page, text)
-        return frozenset(pages)
+
+def docs_copies(references: Sequence[Any], docs_dir: Path | None = None) -> dict[str, str]:
+    """The docs pages ``references`` cite (and the pages they link to), by their repository
+    paths (``docs/…``, where the run directory holds their copies), with their text. Without a
+    docs directory (gpuaudit installed without its source tree) there are none, and the page
+    shows those references as text. ``docs_dir`` defaults to the checkout's docs/."""
+    docs_dir = DOCS_DIR if docs_dir is None else docs_dir
+    pages = docs_pages(references, docs_dir) if docs_dir.is_dir() else []
+    return {page: docs_file(page, docs_dir).read_text(encoding="utf-8") for page in pages}
 
 
 def cited_references(register: Mapping[str, Any]) -> list[Any]:
@@ -203,32 +315,26 @@ def cited_references(register: Mapping[str, Any]) -> list[Any]:
 
 
 def load_snapshot_file(path: Path) -> HostSnapshot:
-    """Read one snapshot file; any failure is turned into a snapshot that says so."""
+    """Read one snapshot file; any failure is turned into a snapshot that says so.
+
+    A value of the wrong type (a hand-edited number that is now a string, a ``null`` OS) is
+    read as absent and the host is marked with it (``HostSnapshot.from_dict``), named by the
+    file name and dated by the file's time where its own name or time is unusable. A file that
+    is no snapshot at all becomes a COLLECTION_FAILED host holding the file's start as evidence.
+    """
     try:
         raw = path.read_bytes()
     except OSError as exc:
         return _unreadable(path, f"cannot be read: {exc.strerror or exc}", b"")
     try:
-        snapshot = HostSnapshot.from_json(raw.decode("utf-8"))
-        _check_shape(snapshot)
+        return HostSnapshot.from_dict(
+            json.loads(raw.decode("utf-8")),
+            source=f"snapshot file {HOSTS_DIR}/{path.name}",
+            host=path.stem,
+            collected_at=_mtime_iso(path),
+        )
     except Exception as exc:  # any damage to one file must not sink the whole report
         return _unreadable(path, f"is not a readable snapshot: {type(exc).__name__}: {exc}", raw)
-    return snapshot
-
-
-def _check_shape(snapshot: HostSnapshot) -> None:
-    """Reject a file that parsed but lacks what the report relies on (names, GPU indexes).
-
-    ``from_json`` trusts JSON types, so valid JSON of the wrong shape would otherwise only fail
-    later, while rendering, and take the whole report down with it.
-    """
-    if not isinstance(snapshot.host, str) or not snapshot.host:
-        raise ValueError("'host' must be a non-empty string")
-    if not isinstance(snapshot.collected_at, str):
-        raise ValueError("'collected_at' must be a string")
-    for gpu in snapshot.gpus:
-        if not isinstance(gpu.index, int) or isinstance(gpu.index, bool):
-            raise ValueError(f"GPU index {gpu.index!r} is not an integer")
 
 
 def _unreadable(path: Path, problem: str, raw: bytes) -> HostSnapshot:
@@ -274,13 +380,26 @@ def new_run_id(now: datetime | None = None) -> str:
     return (now or datetime.now(timezone.utc)).astimezone(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
 
 
+def check_run_id(run_id: str) -> str:
+    """``run_id`` when it can name a run directory, else ValueError: one plain path component
+    (letters, digits, ``.``, ``_``, ``-``, not starting with a dot), at most 128 characters."""
+    if not _RUN_ID.match(run_id) or len(run_id) > _MAX_RUN_ID:
+        raise ValueError(
+            f"run id {run_id!r} must be one plain path component: letters, digits, '.', '_' "
+            f"and '-', not starting with '.', at most {_MAX_RUN_ID} characters"
+        )
+    return run_id
+
+
 def new_run_dir(
     reports_dir: str | os.PathLike[str] = "reports", run_id: str | None = None
 ) -> RunDir:
-    """Create a fresh run directory ``<reports_dir>/<run_id>`` (a suffix keeps it unique)."""
-    base_id = run_id or new_run_id()
-    if not _RUN_ID.match(base_id):
-        raise ValueError(f"run id {base_id!r} must be one plain path component")
+    """Create a fresh run directory ``<reports_dir>/<run_id>`` (a suffix keeps it unique).
+
+    Raises ValueError for a run id :func:`check_run_id` refuses, OSError where the directory
+    cannot be made (a reports directory that is read-only, full, or a file).
+    """
+    base_id = check_run_id(run_id or new_run_id())
     reports = Path(reports_dir)
     reports.mkdir(parents=True, exist_ok=True)
     attempt = 1
@@ -322,3 +441,38 @@ def rebuild(
             policy = load_policy(run.path / POLICY_FILE)
     snapshots = run.load_snapshots()
     return run.write_report(snapshots, policy=policy, previous=previous, fail_on=fail_on)
+
+
+@dataclass(frozen=True)
+class RunEnd:
+    """How an audit run ended before pyinfra wrote its register: stopped by a signal
+    (``signal``, e.g. ``"SIGTERM"``), or pyinfra exited first with ``exit_status`` (no host
+    connected, --fail-percent reached, pyinfra killed). The hosts of the run that have no
+    snapshot then get one that says so (``not_audited_detail``)."""
+
+    signal: str | None = None
+    exit_status: int | None = None
+
+    def __str__(self) -> str:
+        if self.signal is not None:
+            return f"the audit was interrupted ({self.signal})"
+        return f"pyinfra ended (exit status {self.exit_status})"
+
+    @property
+    def not_audited_detail(self) -> str:
+        return f"not audited: {self} before this host was collected"
+
+    def to_arg(self) -> str:
+        """One command-line word for :meth:`from_arg`."""
+        if self.signal is not None:
+            return f"signal={self.signal}"
+        return f"exit={self.exit_status}"
+
+    @classmethod
+    def from_arg(cls, text: str) -> RunEnd:
+        kind, _, value = text.partition("=")
+        if kind == "signal" and value:
+            return cls(signal=value)
+        if kind == "exit" and value.lstrip("-").isdigit():
+            return cls(exit_status=int(value))
+        raise ValueError(f"not a run end: {text!r} (signal=NAME or exit=STATUS)")

@@ -1,16 +1,26 @@
-"""Trends: what changed since the previous audit of the fleet.
+"""Trends: what changed since the previous audit of the same hosts.
+
+Like is compared with like. Only hosts that both runs hold are compared: a host this run holds
+and the previous one did not is a new host (its risks are ``risks_on_new_hosts``, never "new"),
+and a host the previous run held that is not in this run's scope (a ``--limit`` run, a host
+taken out of the inventory, a bundle run of one machine) is "not in scope" (its risks are
+``risks_not_in_scope``, never "resolved").
 
 The previous run is the one given (``--previous reports/<run>``, ``GPUAUDIT_PREVIOUS``) or, by
-default, the newest earlier run directory next to this one that holds a ``register.json``.
-"Earlier" is read from run ids when they are the UTC timestamps gpuaudit makes
+default, chosen by :func:`find_previous` among the earlier run directories next to this one
+that hold a ``register.json``: runs of a comparable scope (provenance.Scope: the same
+inventory; for a bundle run, any run) that hold at least one of this run's hosts; of those the
+one that holds most of them, then the newest. A full run is then compared with the last full
+run, not with a ``--limit`` run in between, and a run with no comparable predecessor has no
+trends. "Earlier" is read from run ids when they are the UTC timestamps gpuaudit makes
 (``20261129T161000Z``, ``…-2``): then only such runs are candidates, so a hand-named run next to
 them (``reports/example``) is never mistaken for the last audit. A run with a hand-chosen id is
 compared with sibling runs by directory modification time.
 
 Snapshots are the source of truth here too: hosts, drivers and counters come from the previous
 run's ``hosts/`` (so trends work from snapshots alone). Risk ids come from its ``register.json``
-(``risks``, else regrouped ``findings``); with no readable register the current rules are run
-on the previous snapshots.
+(``risks``, else regrouped ``findings``); with no readable register the rules are run on the
+previous snapshots with the previous run's own ``policy.yaml`` when it kept one.
 
 Counters compared per GPU (host + PCI bus id, which survives re-enumeration of GPU indexes):
 ECC volatile/aggregate corrected/uncorrected, remapped rows, retired pages and XID events from
@@ -18,15 +28,23 @@ the kernel log. Volatile ECC counts reset with the driver and the kernel log wit
 only growth is reported, never a drop.
 
 Shape (``register["trends"]``, None without a previous run): ``previous_run_id``,
-``previous_generated_at``, ``new`` and ``persisting`` (risk ids, in register order),
-``resolved`` ([{id, title, severity, affected_hosts, status: "resolved"}]), ``unverified``
-(same entries without status: gone only because a host they were on could not be audited this
-time, so not counted as resolved), ``hosts_added``, ``hosts_removed``, ``driver_changes``
-([{host, from, to}]) and ``growth`` ([{host, gpu, pci_bus_id, metric, before, after}]).
+``previous_generated_at``, ``previous_scope`` (its provenance scope, None when not recorded),
+``compared_hosts`` (how many hosts both runs hold), ``new`` and ``persisting`` (risk ids on
+compared hosts, in register order), ``resolved`` ([{id, title, severity, affected_hosts,
+status: "resolved"}]: gone from the compared hosts), ``unverified`` (same entries without
+status: gone only because a host they were on could not be audited this time, so not counted as
+resolved), ``risks_on_new_hosts`` (ids), ``risks_not_in_scope`` (entries like ``unverified``),
+``fleet_not_compared`` (ids of fleet-rule risks, GA7xx, that came or went while the two runs
+held different hosts: those rules judge a host against the others, so their verdict changed
+with the peers in scope, not necessarily with the host),
+``hosts_added`` (new hosts), ``hosts_removed`` (hosts not in this run's scope),
+``driver_changes`` ([{host, from, to}]), ``growth`` ([{host, gpu, pci_bus_id, metric, before,
+after}]) and ``notes`` (what a reader should know about the comparison, as sentences).
 """
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import re
@@ -35,12 +53,16 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from gpuaudit.model.snapshot import Gpu, HostSnapshot, bus_key
+from gpuaudit.report.provenance import Scope, read_provenance
 from gpuaudit.report.risks import RESOLVED, build_risks
 from gpuaudit.rules.audit import NOT_COLLECTED
 from gpuaudit.rules.base import Finding
+
+if TYPE_CHECKING:
+    from gpuaudit.policy import Policy
 
 # Counters compared between runs, as attribute paths on Gpu; the path is the metric's name.
 GPU_COUNTERS = (
@@ -67,6 +89,8 @@ class PreviousRun:
     generated_at: str | None
     snapshots: tuple[HostSnapshot, ...]
     risks: tuple[dict[str, Any], ...]  # id, title, severity, affected_hosts of each risk
+    scope: Scope | None = None  # what it covered, when it recorded that (provenance.py)
+    notes: tuple[str, ...] = ()
 
 
 def _run_order(path: Path) -> tuple[bool, datetime, int]:
@@ -82,22 +106,49 @@ def _run_order(path: Path) -> tuple[bool, datetime, int]:
     return False, datetime.fromtimestamp(mtime, timezone.utc), 0
 
 
-def find_previous(run_path: str | os.PathLike[str]) -> Path | None:
-    """The newest run directory next to ``run_path`` that is earlier and has a register."""
+def find_previous(
+    run_path: str | os.PathLike[str],
+    hosts: Iterable[str] | None = None,
+    scope: Scope | None = None,
+) -> Path | None:
+    """The earlier run next to ``run_path`` this run is best compared with (module docstring).
+
+    ``hosts`` are this run's hosts (None or empty: any earlier run holds them) and ``scope``
+    its recorded scope (None: every earlier run is of a comparable scope).
+    """
+    from gpuaudit.report.run import safe_host_filename  # run.py imports this module
+
     current = Path(run_path).resolve()
     if not current.parent.is_dir():
         return None
     stamped, when, suffix = _run_order(current)
-    candidates = []
+    # Compared by snapshot file name: a candidate's hosts are known without reading its files.
+    wanted = {safe_host_filename(h) for h in hosts or ()}
+    best: tuple[tuple[int, datetime, int, str], Path] | None = None
     for sibling in current.parent.iterdir():
         if sibling.resolve() == current or not (sibling / "register.json").is_file():
             continue
         order = _run_order(sibling)
-        if stamped and not order[0]:
+        if (stamped and not order[0]) or (order[1], order[2]) >= (when, suffix):
             continue
-        if (order[1], order[2]) < (when, suffix):
-            candidates.append(((order[1], order[2], sibling.name), sibling))
-    return max(candidates, key=lambda c: c[0])[1] if candidates else None
+        if scope is not None:
+            recorded = read_provenance(sibling)
+            if not scope.comparable_with(recorded.scope if recorded else None):
+                continue
+        shared = len(wanted & _snapshot_names(sibling)) if wanted else 0
+        if wanted and not shared:
+            continue
+        key = (shared, order[1], order[2], sibling.name)
+        if best is None or key > best[0]:
+            best = (key, sibling)
+    return best[1] if best else None
+
+
+def _snapshot_names(run_path: Path) -> set[str]:
+    try:
+        return {p.name for p in (run_path / "hosts").iterdir()}
+    except OSError:
+        return set()
 
 
 def load_previous(path: str | os.PathLike[str]) -> PreviousRun:
@@ -112,8 +163,16 @@ def load_previous(path: str | os.PathLike[str]) -> PreviousRun:
     generated_at = register.get("generated_at") if register else None
     if not isinstance(generated_at, str):
         generated_at = max((s.collected_at for s in snapshots), default=None)
+    notes: list[str] = []
+    risks = _previous_risks(register, snapshots, run.path, notes)
+    recorded = read_provenance(run.path)
     return PreviousRun(
-        run.run_id, generated_at, snapshots, tuple(_previous_risks(register, snapshots))
+        run.run_id,
+        generated_at,
+        snapshots,
+        tuple(risks),
+        scope=recorded.scope if recorded else None,
+        notes=tuple(notes),
     )
 
 
@@ -126,7 +185,10 @@ def _read_register(path: Path) -> dict[str, Any] | None:
 
 
 def _previous_risks(
-    register: Mapping[str, Any] | None, snapshots: Sequence[HostSnapshot]
+    register: Mapping[str, Any] | None,
+    snapshots: Sequence[HostSnapshot],
+    run_path: Path,
+    notes: list[str],
 ) -> list[dict[str, Any]]:
     risks = register.get("risks") if register else None
     if isinstance(risks, list) and all(isinstance(r, dict) and "id" in r for r in risks):
@@ -140,8 +202,25 @@ def _previous_risks(
     if findings is None:
         from gpuaudit.rules import evaluate
 
-        findings = list(evaluate(snapshots))
+        findings = list(evaluate(snapshots, policy=_own_policy(run_path, notes)))
     return [_risk_brief(r) for r in build_risks(findings)]
+
+
+def _own_policy(run_path: Path, notes: list[str]) -> Policy | None:
+    """The policy a run kept (policy.yaml), which its snapshots are judged by again."""
+    from gpuaudit.policy import POLICY_FILE, PolicyError, load_policy  # it imports the rules
+
+    path = run_path / POLICY_FILE
+    if not path.is_file():
+        return None
+    try:
+        return load_policy(path)
+    except PolicyError as error:
+        notes.append(
+            f"The previous run's {POLICY_FILE} does not load ({error}); its snapshots were "
+            "judged by the built-in defaults."
+        )
+        return None
 
 
 def _risk_brief(risk: Mapping[str, Any]) -> dict[str, Any]:
@@ -158,39 +237,86 @@ def build_trends(
     risks: Sequence[Mapping[str, Any]],
     previous: PreviousRun | None,
 ) -> dict[str, Any] | None:
-    """Compare this run (its snapshots and risks, in register order) with the previous one."""
+    """Compare this run (its snapshots and risks, in register order) with the previous one,
+    on the hosts both runs hold (module docstring)."""
     if previous is None:
         return None
     now = _latest_by_host(snapshots)
     before = _latest_by_host(previous.snapshots)
-    current_ids = [r["id"] for r in risks]
+    shared = set(now) & set(before)
+    audited = {h for h in shared if now[h].status not in NOT_COLLECTED}
     previous_by_id = {r["id"]: r for r in previous.risks}
-    audited = {h for h, s in now.items() if s.status not in NOT_COLLECTED}
-    resolved, unverified = [], []
-    for rid in sorted(set(previous_by_id) - set(current_ids)):
+
+    def compared(hosts: Iterable[Any] | None) -> set[str] | None:
+        """The compared hosts among a risk's; None for a risk tied to no host."""
+        names = {str(h) for h in hosts or ()}
+        return names & shared if names else None
+
+    # A fleet rule judges each host against the others: between runs of different hosts its
+    # verdict changes with the peers, not with the host.
+    peers_differ = set(now) != set(before)
+    fleet_rules = _fleet_rules() if peers_differ else frozenset()
+    new, persisting, on_new_hosts, fleet_not_compared = [], [], [], []
+    for risk in risks:
+        rid = risk["id"]
+        hosts_now = compared(risk.get("affected_hosts"))
+        earlier = previous_by_id.get(rid)
+        if hosts_now is not None and not hosts_now:
+            on_new_hosts.append(rid)  # only on hosts the previous run did not hold
+        elif earlier is not None and compared(earlier["affected_hosts"]) != set():
+            persisting.append(rid)
+        elif _rule_of(rid) in fleet_rules:
+            fleet_not_compared.append(rid)
+        else:
+            new.append(rid)
+    current_ids = {r["id"] for r in risks}
+    resolved, unverified, not_in_scope = [], [], []
+    for rid in sorted(set(previous_by_id) - current_ids):
         brief = previous_by_id[rid]
-        # Gone only because its host could not be looked at this time is not resolved.
-        if any(h in now and h not in audited for h in brief["affected_hosts"]):
+        hosts_before = compared(brief["affected_hosts"])
+        if hosts_before is not None and not hosts_before:
+            not_in_scope.append(brief)  # this run did not look at those hosts
+        elif hosts_before and hosts_before - audited:
+            # Gone only because its host could not be looked at this time is not resolved.
             unverified.append(brief)
+        elif _rule_of(rid) in fleet_rules:
+            fleet_not_compared.append(rid)
         else:
             resolved.append({**brief, "status": RESOLVED})
     # Counters and drivers are only compared where both audits saw the host: an unreachable
     # host has no counters, and "none before" would read as growth.
-    both = sorted(
-        h for h in set(now) & set(before) & audited if before[h].status not in NOT_COLLECTED
-    )
+    both = sorted(h for h in audited if before[h].status not in NOT_COLLECTED)
     return {
         "previous_run_id": previous.run_id,
         "previous_generated_at": previous.generated_at,
-        "new": [rid for rid in current_ids if rid not in previous_by_id],
+        "previous_scope": previous.scope.to_dict() if previous.scope else None,
+        "compared_hosts": len(shared),
+        "new": new,
         "resolved": resolved,
         "unverified": unverified,
-        "persisting": [rid for rid in current_ids if rid in previous_by_id],
+        "persisting": persisting,
+        "risks_on_new_hosts": on_new_hosts,
+        "risks_not_in_scope": not_in_scope,
+        "fleet_not_compared": fleet_not_compared,
         "hosts_added": sorted(set(now) - set(before)),
         "hosts_removed": sorted(set(before) - set(now)),
         "driver_changes": _driver_changes(both, before, now),
         "growth": [g for host in both for g in _growth(host, before[host], now[host])],
+        "notes": list(previous.notes),
     }
+
+
+def _rule_of(risk_id: str) -> str:
+    """A risk id is its rule's code, or the code and the risk's subject: ``GA601:<sysctl>``."""
+    return risk_id.partition(":")[0]
+
+
+@functools.lru_cache(maxsize=1)
+def _fleet_rules() -> frozenset[str]:
+    """The codes of the rules that compare hosts with each other (GA7xx)."""
+    from gpuaudit.rules import all_rules  # the report package is usable without the rules
+
+    return frozenset(r.code for r in all_rules() if r.check_fleet is not None)
 
 
 def _latest_by_host(snapshots: Iterable[HostSnapshot]) -> dict[str, HostSnapshot]:

@@ -7,19 +7,15 @@ on for every value), so nothing in this module marks text as safe.
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Sequence
-from datetime import datetime, timezone
 from typing import Any
 
-from gpuaudit.model.snapshot import Gpu, HostSnapshot, Topology, XidEvent
-
-DASH = "—"
-# A flood of XIDs (hundreds of identical lines) must not bury the rest of the page.
-MAX_TIMELINE_EVENTS = 200
+from gpuaudit.model.snapshot import Gpu, GpuNvLink, HostSnapshot, Topology
+from gpuaudit.report.xid_timeline import DASH, xid_view
 
 # CSS class names come from these fixed sets only, never from host data.
 SEVERITY_CLASSES = frozenset({"critical", "high", "medium", "low", "info"})
+GPU_STATUSES = ("ok", "attention", "error")
 STATUS_CLASSES = frozenset(
     {
         "ok",
@@ -30,6 +26,7 @@ STATUS_CLASSES = frozenset(
         "timed_out",
         "auth_failed",
         "unreachable",
+        "not_audited",
     }
 )
 
@@ -94,18 +91,31 @@ def _ecc_summary(gpu: Gpu) -> str:
     return "; ".join(parts) or DASH
 
 
-def _gpu_needs_attention(gpu: Gpu) -> bool:
-    rows, agg = gpu.remapped_rows, gpu.ecc_aggregate
-    return bool(
-        gpu.status != "ok"
-        or rows.pending
-        or rows.failure
-        or (rows.uncorrectable or 0) > 0
-        or (agg.uncorrected or 0) > 0
-        or gpu.retired_pages.pending
-        or gpu.reset_required
-        or gpu.drain_and_reset_recommended
-    )
+def gpu_problems(gpu: Gpu) -> list[str]:
+    """What about a GPU needs a person, in words: empty when nothing does.
+
+    nvidia-smi's own status for a GPU only says whether it answered; a GPU that answers with a
+    row remap pending, uncorrectable errors or a reset request is not "ok" on the page.
+    """
+    rows, agg, pages = gpu.remapped_rows, gpu.ecc_aggregate, gpu.retired_pages
+    problems = []
+    if rows.pending:
+        problems.append("row remap pending: a GPU reset applies it")
+    if rows.failure:
+        problems.append("row remapping failed")
+    if (rows.uncorrectable or 0) > 0:
+        problems.append(f"{rows.uncorrectable} rows remapped for uncorrectable errors")
+    if (agg.uncorrected or 0) > 0:
+        problems.append(f"{agg.uncorrected} uncorrectable ECC errors (aggregate)")
+    if pages.pending:
+        problems.append("page retirement pending: a GPU reset applies it")
+    if gpu.recovery_action and gpu.recovery_action.lower() != "none":
+        problems.append(f"driver asks: {gpu.recovery_action}")
+    if gpu.reset_required:
+        problems.append("reset required")
+    if gpu.drain_and_reset_recommended:
+        problems.append("drain and reset recommended")
+    return problems
 
 
 def gpu_row(gpu: Gpu) -> dict[str, Any]:
@@ -122,19 +132,16 @@ def gpu_row(gpu: Gpu) -> dict[str, Any]:
         and gpu.pcie_width_max is not None
         and gpu.pcie_width_current < gpu.pcie_width_max
     )
-    recovery = []
-    if gpu.recovery_action and gpu.recovery_action.lower() != "none":
-        recovery.append(f"driver asks: {gpu.recovery_action}")
-    if gpu.reset_required:
-        recovery.append("reset required")
-    if gpu.drain_and_reset_recommended:
-        recovery.append("drain and reset recommended")
+    problems = gpu_problems(gpu)
+    status = "error" if gpu.status != "ok" else ("attention" if problems else "ok")
     return {
         "index": gpu.index,
         "name": gpu.name or DASH,
         "uuid": gpu.uuid or "",
+        "serial": gpu.serial or DASH,
         "bus": gpu.pci_bus_id or DASH,
         "vbios": gpu.vbios_version or DASH,
+        "inforom": gpu.inforom_image or DASH,
         "memory": _unit(gpu.memory_total_mib, "MiB"),
         "temperature": _unit(gpu.temperature_c, "°C"),
         "power": power,
@@ -146,10 +153,11 @@ def gpu_row(gpu: Gpu) -> dict[str, Any]:
         "mig": mig,
         "persistence": _on_off(gpu.persistence_mode),
         "ecc": _ecc_summary(gpu),
-        "status": gpu.status,
+        # One of GPU_STATUSES: the page styles the cell by it.
+        "status": status,
         "status_detail": gpu.status_detail,
-        "recovery": "; ".join(recovery),
-        "attention": _gpu_needs_attention(gpu),
+        "problems": problems,
+        "attention": status != "ok",
     }
 
 
@@ -190,101 +198,63 @@ def topology_view(topology: Topology | None) -> dict[str, Any] | None:
     }
 
 
-# --- XID timeline ---------------------------------------------------------------------------
+# --- NVLink ---------------------------------------------------------------------------------
 
-_ISO = re.compile(
-    r"(\d{4})-(\d{2})-(\d{2})[T ](\d{2}):(\d{2}):(\d{2})(?:[.,](\d{1,9}))?\s*(Z|[+-]\d{2}:?\d{2})?"
-)
-_CTIME = re.compile(
-    r"(?:[A-Z][a-z]{2}\s+)?([A-Z][a-z]{2})\s+(\d{1,2})\s+(\d{1,2}):(\d{2}):(\d{2})(?:\s+(\d{4}))?"
-)
-_UPTIME = re.compile(r"^\[?\s*(\d+(?:\.\d+)?)\s*\]?$")
-_MONTHS = {
-    month: number
-    for number, month in enumerate(
-        ("Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"), 1
-    )
-}
+_NAMED_COUNTERS = ("replay", "recovery", "crc")
 
 
-def timestamp_key(stamp: str | None) -> tuple[int, float]:
-    """Sort key for a kernel-log timestamp as printed.
+def _link_state(active: bool | None) -> str:
+    return DASH if active is None else ("active" if active else "inactive")
 
-    Kernel logs print wall-clock times (ISO, ctime), syslog times without a year, or seconds
-    since boot. Only times of the same kind can be compared, so the key groups by kind first
-    (wall clock, then syslog, then uptime, then none) and the caller's stable sort keeps log
-    order wherever times cannot be told apart.
+
+def nvlink_view(nvlink: Sequence[GpuNvLink] | None) -> dict[str, Any] | None:
+    """Every NVLink of every GPU, one row per link, with a one-line summary for the fleet view.
+
+    Rows are [gpu, link, state, speed, replay, recovery, CRC, other counters]; a GPU whose links
+    are all inactive is one row. None when the host listed no NVLink at all (PCIe-only GPUs).
     """
-    text = (stamp or "").strip()
-    if not text:
-        return (3, 0.0)
-    if match := _ISO.search(text):
-        year, month, day, hour, minute, second, frac, zone = match.groups()
-        try:
-            moment = datetime(int(year), int(month), int(day), int(hour), int(minute), int(second))
-        except ValueError:
-            return (3, 0.0)
-        offset = 0
-        if zone and zone != "Z":
-            digits = zone[1:].replace(":", "")
-            offset = (int(digits[:2]) * 60 + int(digits[2:] or 0)) * 60
-            offset = -offset if zone[0] == "-" else offset
-        epoch = moment.replace(tzinfo=timezone.utc).timestamp() - offset
-        return (0, epoch + float(f"0.{frac}" if frac else 0))
-    if match := _UPTIME.match(text):
-        return (2, float(match.group(1)))
-    if (match := _CTIME.search(text)) and match.group(1) in _MONTHS:
-        month, day, hour, minute, second, year = match.groups()
-        month_no, day_no = _MONTHS[month], int(day)
-        if not year:
-            clock = (int(hour) * 60 + int(minute)) * 60 + int(second)
-            return (1, float((month_no * 32 + day_no) * 86400 + clock))
-        try:
-            moment = datetime(int(year), month_no, day_no, int(hour), int(minute), int(second))
-        except ValueError:
-            return (3, 0.0)
-        return (0, moment.replace(tzinfo=timezone.utc).timestamp())
-    return (3, 0.0)
-
-
-def _event_gpu(event: XidEvent) -> str:
-    if event.gpu_index is not None:
-        return f"GPU {event.gpu_index}"
-    return event.pci_bus_id or DASH
-
-
-def xid_view(events: Sequence[XidEvent]) -> dict[str, Any]:
-    ordered = sorted(events, key=lambda e: timestamp_key(e.timestamp))
-    by_code: dict[tuple[str, int | None], dict[str, Any]] = {}
-    for event in ordered:
-        entry = by_code.setdefault(
-            (event.kind, event.code),
-            {"kind": event.kind, "code": show(event.code), "count": 0, "gpus": set()},
-        )
-        entry["count"] += 1
-        entry["gpus"].add(_event_gpu(event))
-    summary = [
-        {**entry, "gpus": ", ".join(sorted(entry["gpus"]))}
-        for _key, entry in sorted(
-            by_code.items(), key=lambda kv: (kv[0][0], -1 if kv[0][1] is None else kv[0][1])
-        )
-    ]
-    shown = ordered[-MAX_TIMELINE_EVENTS:]
-    return {
-        "total": len(ordered),
-        "omitted": len(ordered) - len(shown),
-        "summary": summary,
-        "events": [
-            {
-                "timestamp": e.timestamp or DASH,
-                "kind": e.kind,
-                "code": show(e.code),
-                "gpu": _event_gpu(e),
-                "message": e.message,
-                "raw": e.raw,
+    rows: list[list[Any]] = []
+    links = active = down = with_errors = 0
+    inactive_gpus = []
+    for gpu in nvlink or ():
+        if gpu.all_inactive and not gpu.links:
+            inactive_gpus.append(gpu.gpu)
+            rows.append([gpu.gpu, DASH, "all links inactive", DASH, None, None, None, ""])
+        for link in gpu.links:
+            other = {
+                name: count
+                for name, count in sorted(link.counters.items())
+                if not name.lower().startswith(_NAMED_COUNTERS)
             }
-            for e in shown
-        ],
+            counts = (link.replay_errors, link.recovery_errors, link.crc_errors, *other.values())
+            links += 1
+            active += link.active is True
+            down += link.active is False
+            with_errors += any((count or 0) > 0 for count in counts)
+            speed = DASH if link.speed_gb_s is None else f"{link.speed_gb_s:g} GB/s"
+            rows.append(
+                [
+                    gpu.gpu,
+                    link.link,
+                    _link_state(link.active),
+                    speed,
+                    link.replay_errors,
+                    link.recovery_errors,
+                    link.crc_errors,
+                    ", ".join(f"{name} {count}" for name, count in other.items()),
+                ]
+            )
+    if not rows:
+        return None
+    gpus = len({row[0] for row in rows if row[0] not in inactive_gpus})
+    summary = f"{links} links on {gpus} GPU{'' if gpus == 1 else 's'}: {active} active, "
+    summary += f"{with_errors} with errors" if with_errors else "none with errors"
+    if inactive_gpus:
+        summary += f"; all links inactive on GPU {', '.join(map(str, inactive_gpus))}"
+    return {
+        "summary": summary,
+        "problem": bool(with_errors or inactive_gpus or down),
+        "rows": rows,
     }
 
 
@@ -296,8 +266,10 @@ GPU_COLUMNS = (
     "index",
     "name",
     "uuid",
+    "serial",
     "bus",
     "vbios",
+    "inforom",
     "memory",
     "temperature",
     "power",
@@ -309,7 +281,7 @@ GPU_COLUMNS = (
     "ecc",
     "status",
     "status_detail",
-    "recovery",
+    "problems",
     "attention",
 )
 
@@ -356,6 +328,7 @@ def host_view(
             ["CUDA", snapshot.cuda_version or DASH],
             ["OS", snapshot.os.pretty_name or DASH],
             ["Kernel", snapshot.os.kernel or DASH],
+            ["Loaded driver module", snapshot.driver_version_proc or DASH],
             ["Collected", snapshot.collected_at or DASH],
         ],
         "gpu_models": gpu_models(gpus),
@@ -365,6 +338,15 @@ def host_view(
         "expected_gpus": snapshot.host_data.get("expected_gpu_count"),
         "attached_gpus": snapshot.attached_gpus,
         "topology": topology_view(snapshot.topology),
+        "nvlink": nvlink_view(snapshot.nvlink),
+        # Lists a fleet mostly shares (html.py keeps each distinct one once); None when empty.
+        "packages": [
+            [p.name, p.version, p.held] for p in sorted(snapshot.packages, key=lambda p: p.name)
+        ]
+        or None,
+        "services": [[s.name, s.active, s.enabled] for s in snapshot.services] or None,
+        "sysctls": [[key, value] for key, value in sorted(snapshot.sysctls.items())] or None,
+        "device_nodes": [[d.path, d.mode, d.owner, d.group] for d in snapshot.device_nodes] or None,
         "xid": xid_view(snapshot.xid_events),
         "kernel_log_truncated": snapshot.kernel_log_truncated,
         "findings": list(finding_ids),

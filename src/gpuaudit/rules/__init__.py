@@ -1,7 +1,9 @@
 """The risk rules, and ``evaluate()`` which runs them over a fleet's snapshots.
 
 Importing this package registers every rule (each module registers its rules on import).
-Rules are pure: snapshot + fleet + policy in, findings out; no pyinfra, no I/O.
+Rules are pure: snapshot + fleet + policy in, findings and outcomes out (``assess()``: each
+rule failed, passed, was not evaluated, with why, or is disabled, per host and per GPU); no
+pyinfra, no I/O.
 
 Codes: GA0xx the audit itself, GA1xx driver/software, GA2xx MIG, GA3xx memory/ECC/XID health
 and clock slowdowns, GA4xx services, GA5xx topology/PCIe, GA6xx system/sysctl/security,
@@ -12,6 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import traceback
+from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from functools import partial
 from typing import TYPE_CHECKING, Any
@@ -34,9 +37,21 @@ from gpuaudit.rules import (
     visibility,
     xid,
 )
-from gpuaudit.rules.audit import NOT_COLLECTED, rule_failed
-from gpuaudit.rules.base import REGISTRY, Evidence, Finding, Rule, RuleContext, Severity
-from gpuaudit.rules.policy_defaults import DEFAULT_POLICY, effective_policy
+from gpuaudit.rules.audit import NOT_COLLECTED, judge, not_audited, rule_failed
+from gpuaudit.rules.base import (
+    REGISTRY,
+    CheckResult,
+    Evaluation,
+    Evidence,
+    Finding,
+    FleetCheck,
+    Outcome,
+    Rule,
+    RuleContext,
+    RuleOutcome,
+    Severity,
+)
+from gpuaudit.rules.policy_defaults import DEFAULT_POLICY, effective_policy, host_overrides
 
 if TYPE_CHECKING:
     from gpuaudit.policy import Policy
@@ -45,6 +60,7 @@ __all__ = [
     "DEFAULT_POLICY",
     "FLEET_HOST",
     "all_rules",
+    "assess",
     "evaluate",
     "sort_findings",
 ]
@@ -67,16 +83,26 @@ def all_rules() -> list[Rule]:
 def evaluate(
     snapshots: Sequence[HostSnapshot], policy: Policy | Mapping[str, Any] | None = None
 ) -> list[Finding]:
-    """Run the host rules on each snapshot and the fleet rules once; return sorted findings.
+    """The sorted findings of :func:`assess` (what most callers need)."""
+    return list(assess(snapshots, policy).findings)
+
+
+def assess(
+    snapshots: Sequence[HostSnapshot], policy: Policy | Mapping[str, Any] | None = None
+) -> Evaluation:
+    """Run the host rules on each snapshot and the fleet rules once: sorted findings, and every
+    rule's outcome on every host.
 
     ``policy`` is a site :class:`gpuaudit.policy.Policy` (each host gets its
     ``settings_for()``: defaults, then its groups, then its inventory data; fleet rules get the
     policy's defaults) or a plain mapping merged over policy_defaults.DEFAULT_POLICY for every
     host (per-host values from ``snapshot.host_data`` are merged over that by the rules).
-    Hosts that could not be collected only get the rules that report on collection (GA001).
-    A rule that raises becomes a GA000 finding for that host (or for the fleet) instead of
-    ending the audit. ``disabled_rules`` (per host with a Policy) and the severity overrides
-    are applied last; a Policy's override keeps its reason in the finding.
+    Hosts that could not be collected only get the rules that report on collection (GA001);
+    the others are not evaluated there. A rule that raises becomes a GA000 finding for that
+    host (or for the fleet) instead of ending the audit, and is not evaluated there. A rule in
+    a host's ``disabled_rules`` is disabled on it (a fleet rule's findings for it are dropped);
+    the severity overrides are applied last, and a Policy's override keeps its reason in the
+    finding.
     """
     from gpuaudit.policy.settings import resolve_settings  # late: policy imports this package
 
@@ -93,21 +119,118 @@ def evaluate(
     ]
     hosts = [(snap, ctx, _disabled(ctx)) for snap, ctx in zip(fleet, contexts, strict=True)]
     findings: list[Finding] = []
+    outcomes: list[RuleOutcome] = []
     for rule in all_rules():
         if rule.check_host is not None:
             check_host = rule.check_host
             for snap, ctx, off in hosts:
-                if rule.code in off or (
-                    snap.status in NOT_COLLECTED and not rule.runs_without_data
-                ):
+                if rule.code in off:
+                    outcomes.append(_disabled_outcome(rule, snap, policy))
                     continue
-                findings.extend(_guarded(rule, snap.host, partial(check_host, rule, snap, ctx)))
-        if rule.check_fleet is not None and rule.code not in _disabled(fleet_ctx):
-            check_fleet = rule.check_fleet
-            findings.extend(
-                _guarded(rule, FLEET_HOST, partial(check_fleet, rule, fleet, fleet_ctx))
-            )
-    return sort_findings(override(f) for f in findings)
+                if snap.status in NOT_COLLECTED and not rule.runs_without_data:
+                    outcomes.append(not_audited(rule, snap))
+                    continue
+                results = _guarded(rule, snap.host, partial(check_host, rule, snap, ctx))
+                failure = _failure_of(rule, results)
+                findings.extend(r for r in results if isinstance(r, Finding))
+                outcomes.append(judge(rule, snap, [] if failure else results, failure))
+        if rule.check_fleet is not None:
+            outcomes += _run_fleet(rule, rule.check_fleet, hosts, fleet_ctx, policy, findings)
+    outcomes += _rule_failures(hosts, findings)
+    return Evaluation(
+        findings=tuple(sort_findings(override(f) for f in findings)), outcomes=tuple(outcomes)
+    )
+
+
+def _run_fleet(
+    rule: Rule,
+    check: FleetCheck,
+    hosts: Sequence[tuple[HostSnapshot, RuleContext, set[str]]],
+    fleet_ctx: RuleContext,
+    policy: Policy | Mapping[str, Any] | None,
+    findings: list[Finding],
+) -> list[RuleOutcome]:
+    """Run a fleet rule once; add its findings and return its outcome on every host."""
+    if rule.code in _disabled(fleet_ctx):
+        return [_disabled_outcome(rule, snap, policy) for snap, _ctx, _off in hosts]
+    fleet = fleet_ctx.fleet
+    results = _guarded(rule, FLEET_HOST, partial(check, rule, fleet, fleet_ctx))
+    failure = _failure_of(rule, results)
+    disabled_on = {snap.host for snap, _ctx, off in hosts if rule.code in off}
+    findings.extend(r for r in results if isinstance(r, Finding) and r.host not in disabled_on)
+    outcomes = []
+    for snap, _ctx, off in hosts:
+        if rule.code in off:
+            outcomes.append(_disabled_outcome(rule, snap, policy))
+        elif snap.status in NOT_COLLECTED:
+            outcomes.append(not_audited(rule, snap))
+        else:
+            mine = [] if failure else [r for r in results if r.host == snap.host]
+            outcomes.append(judge(rule, snap, mine, failure))
+    return outcomes
+
+
+def _failure_of(rule: Rule, results: Sequence[CheckResult]) -> Finding | None:
+    """The GA000 finding _guarded made when the rule raised, else None."""
+    return next(
+        (
+            r
+            for r in results
+            if isinstance(r, Finding)
+            and r.rule == rule_failed().code
+            and r.evidence.fact == rule.code
+        ),
+        None,
+    )
+
+
+def _rule_failures(
+    hosts: Sequence[tuple[HostSnapshot, RuleContext, set[str]]], findings: Sequence[Finding]
+) -> list[RuleOutcome]:
+    """GA000's own outcome: failed where another rule raised, passed elsewhere."""
+    failed = rule_failed()
+    counts = Counter(f.host for f in findings if f.rule == failed.code)
+    return [
+        RuleOutcome(
+            failed.code,
+            snap.host,
+            Outcome.FAIL if counts[snap.host] else Outcome.PASS,
+            findings=counts[snap.host],
+        )
+        for snap, _ctx, _off in hosts
+    ]
+
+
+def _disabled_outcome(
+    rule: Rule, snap: HostSnapshot, policy: Policy | Mapping[str, Any] | None
+) -> RuleOutcome:
+    return RuleOutcome(
+        rule.code, snap.host, Outcome.DISABLED, _disabled_by(policy, snap), per_gpu=rule.per_gpu
+    )
+
+
+def _disabled_by(policy: Policy | Mapping[str, Any] | None, snap: HostSnapshot) -> str:
+    """Where the site turned rules off for this host: the layer whose ``disabled_rules`` won
+    (a later layer's list replaces an earlier one's)."""
+    from gpuaudit.policy import Policy
+
+    layers: list[tuple[str, Mapping[str, Any]]]
+    if isinstance(policy, Policy):
+        groups = snap.host_data.get("groups") or ()
+        named = dict(policy.groups)
+        site = f"the site policy {policy.source}"
+        layers = [(f"{site} (defaults)", policy.defaults)] + [
+            (f"{site} (group {name})", named[name])
+            for name in policy.groups_for((groups,) if isinstance(groups, str) else groups)
+        ]
+    else:
+        layers = [("the policy", policy or {})]
+    layers.append(("the host's inventory data", host_overrides(snap.host_data)))
+    layer = next(
+        (name for name, values in reversed(layers) if values.get("disabled_rules") is not None),
+        "the policy",
+    )
+    return f"disabled_rules of {layer}"
 
 
 def _policy_hooks(
@@ -153,7 +276,7 @@ def sort_findings(findings: Iterable[Finding]) -> list[Finding]:
     )
 
 
-def _guarded(rule: Rule, host: str, run: Callable[[], Iterable[Finding]]) -> list[Finding]:
+def _guarded(rule: Rule, host: str, run: Callable[[], Iterable[CheckResult]]) -> list[CheckResult]:
     # list() inside the try: checks are generators and raise only when iterated.
     try:
         return list(run())

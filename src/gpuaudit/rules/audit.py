@@ -1,18 +1,30 @@
-"""GA0xx: the audit itself — hosts that could not be audited, rules that could not run."""
+"""GA0xx: the audit itself — hosts that could not be audited, rules that could not run.
+
+Also what the other rules read and why a host may lack it (:func:`section_need`,
+:data:`GPU_LIST`, :data:`GPU_TOOL`), and :func:`judge`, which turns what a rule's check gave on
+a host into the rule's outcome there: a rule that found nothing passes only where it had the
+data to look at.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Sequence
 
 from gpuaudit.model.snapshot import HostSnapshot, HostStatus
 from gpuaudit.rules import refs
 from gpuaudit.rules.base import (
     REGISTRY,
+    CheckResult,
     Evidence,
     Finding,
+    GpuOutcome,
+    Need,
+    NotEvaluated,
+    Outcome,
     Owner,
     Rule,
     RuleContext,
+    RuleOutcome,
     Severity,
     register,
     rule,
@@ -25,6 +37,7 @@ NOT_COLLECTED = frozenset(
         HostStatus.AUTH_FAILED,
         HostStatus.TIMED_OUT,
         HostStatus.COLLECTION_FAILED,
+        HostStatus.NOT_AUDITED,
     }
 )
 
@@ -53,7 +66,161 @@ _NOT_AUDITED: dict[HostStatus, tuple[str, str]] = {
         "Find why the collector's output was cut short or unreadable (collector killed, full "
         "disk, a shell other than POSIX sh), then re-run the audit.",
     ),
+    HostStatus.NOT_AUDITED: (
+        "was not audited",
+        "The run stopped before it reached the host (interrupted, or pyinfra ended early): "
+        "re-run the audit for it (gpuaudit audit INVENTORY --limit HOST).",
+    ),
 }
+
+# Enough of a tool's error message to recognise it; the snapshot keeps all of it.
+_REASON_CHARS = 300
+# The sections a GPU list is read from, the vendor tools first.
+_GPU_SECTIONS = ("nvidia_smi_xml", "rocm_smi", "amd_smi", "nvml")
+
+
+def section_problem(snap: HostSnapshot, name: str) -> str | None:
+    """Why section ``name`` gave the rules nothing to read; None when it ran and was read."""
+    section = snap.sections.get(name)
+    if section is None:
+        return f"the {name} section was not collected"
+    error = snap.parse_errors.get(name)
+    if section.rc in (0, None):
+        return f"the {name} section could not be read: {_clip(error)}" if error else None
+    detail = error or _first_line(section.stderr) or _first_line(section.stdout)
+    if not detail.startswith("exit status"):
+        detail = f"exit status {section.rc}" + (f": {detail}" if detail else "")
+    return f"the {name} section failed: {_clip(detail)}"
+
+
+def _first_line(text: str) -> str:
+    return next((line.strip() for line in text.splitlines() if line.strip()), "")
+
+
+def _clip(text: str) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= _REASON_CHARS else text[: _REASON_CHARS - 1] + "…"
+
+
+def section_need(
+    name: str, what: str, parsed: Callable[[HostSnapshot], bool] | None = None
+) -> Need:
+    """The data of one collected section: there when ``parsed`` finds it in the snapshot, or
+    when the section ran and was read (and simply held nothing)."""
+
+    def missing(snap: HostSnapshot) -> str | None:
+        if parsed is not None and parsed(snap):
+            return None
+        problem = section_problem(snap, name)
+        return None if problem is None else f"no {what}: {problem}"
+
+    return Need(what, missing)
+
+
+def _no_gpu_tool(snap: HostSnapshot) -> str | None:
+    if snap.status is not HostStatus.NO_GPU_TOOLING:
+        return None
+    return f"no GPU tool: {_clip(snap.status_detail)}" if snap.status_detail else "no GPU tool"
+
+
+def _gpu_list_missing(snap: HostSnapshot) -> str | None:
+    if snap.gpus:
+        return None
+    no_tool = _no_gpu_tool(snap)
+    if no_tool is not None:
+        return f"no GPU list ({no_tool})"
+    present = [name for name in _GPU_SECTIONS if name in snap.sections]
+    problems = {name: p for name in present if (p := section_problem(snap, name))}
+    # A tool that is there and failed says more than the ones that are not installed.
+    failed = [p for name, p in problems.items() if snap.sections[name].rc != 127]
+    if failed:
+        return "no GPU list: " + "; ".join(failed)
+    if present and len(problems) == len(present):
+        return "no GPU list: " + "; ".join(problems.values())
+    if present:
+        return "no GPU list: the GPU tools answered but listed no GPU"
+    return "no GPU list: the snapshot lists no GPU"
+
+
+# The GPUs and what they reported (nvidia-smi, rocm-smi / amd-smi, NVML).
+GPU_LIST = Need("the GPU list", _gpu_list_missing)
+# A vendor tool to ask the driver with: without one, whether the driver answers is unknown.
+GPU_TOOL = Need("a GPU tool", _no_gpu_tool)
+# What the other sections give, each "there" when parsed or when its command answered.
+TOOL_LIST = section_need("tools", "tool list", lambda s: bool(s.tools))
+PACKAGES = section_need("packages", "package list", lambda s: bool(s.packages))
+KERNEL_LOG = section_need("kernel_log", "kernel log", lambda s: bool(s.xid_events))
+SERVICES = section_need("services", "service list", lambda s: bool(s.services))
+NVLINK = section_need("nvlink_status", "NVLink state", lambda s: s.nvlink is not None)
+SYSCTLS = section_need("sysctl", "sysctl values", lambda s: bool(s.sysctls))
+DEVICE_NODES = section_need("device_nodes", "device node list", lambda s: bool(s.device_nodes))
+# Only lspci's own answer: an empty listing of a failing lspci is no "no GPU on the bus".
+PCI_BUS = section_need("lspci", "PCI bus listing")
+DRIVER_MODULE = section_need(
+    "driver_proc", "loaded NVIDIA kernel module", lambda s: bool(s.driver_version_proc)
+)
+
+
+def judge(
+    rule: Rule,
+    snap: HostSnapshot,
+    results: Sequence[CheckResult],
+    failure: Finding | None = None,
+) -> RuleOutcome:
+    """The rule's outcome on ``snap`` from what its check gave for that host (``failure``: the
+    GA000 finding when the check raised)."""
+    if failure is not None:
+        return RuleOutcome(
+            rule.code,
+            snap.host,
+            Outcome.NOT_EVALUATED,
+            f"the rule failed ({failure.rule}): {failure.evidence.actual}",
+            per_gpu=rule.per_gpu,
+        )
+    findings = [r for r in results if isinstance(r, Finding)]
+    skipped = [r for r in results if isinstance(r, NotEvaluated)]
+    gpus = _gpu_outcomes(snap, findings, skipped) if rule.per_gpu else ()
+    if findings:
+        return RuleOutcome(
+            rule.code, snap.host, Outcome.FAIL, "", len(findings), gpus, rule.per_gpu
+        )
+    reasons = [m for need in rule.needs if (m := need.missing(snap)) is not None]
+    reasons += [s.reason for s in skipped if s.gpu is None]
+    reasons += [f"GPU {g.gpu}: {g.reason}" for g in gpus if g.outcome is Outcome.NOT_EVALUATED]
+    if reasons:
+        why = "; ".join(dict.fromkeys(reasons))
+        return RuleOutcome(rule.code, snap.host, Outcome.NOT_EVALUATED, why, 0, gpus, rule.per_gpu)
+    return RuleOutcome(rule.code, snap.host, Outcome.PASS, "", 0, gpus, rule.per_gpu)
+
+
+def _gpu_outcomes(
+    snap: HostSnapshot, findings: Sequence[Finding], skipped: Sequence[NotEvaluated]
+) -> tuple[GpuOutcome, ...]:
+    failed = {f.gpu for f in findings if f.gpu is not None}
+    not_judged = {s.gpu: s.reason for s in skipped if s.gpu is not None}
+    outcomes = []
+    for gpu in sorted(snap.gpus, key=lambda g: g.index):
+        if gpu.index in failed:
+            outcomes.append(GpuOutcome(gpu.index, Outcome.FAIL))
+        elif gpu.index in not_judged:
+            outcomes.append(GpuOutcome(gpu.index, Outcome.NOT_EVALUATED, not_judged[gpu.index]))
+        elif gpu.status == "error":
+            # A GPU that answers with an error reports no values to judge it by.
+            detail = f": {_clip(gpu.status_detail)}" if gpu.status_detail else ""
+            outcomes.append(
+                GpuOutcome(gpu.index, Outcome.NOT_EVALUATED, f"it answers with an error{detail}")
+            )
+        else:
+            outcomes.append(GpuOutcome(gpu.index, Outcome.PASS))
+    return tuple(outcomes)
+
+
+def not_audited(rule: Rule, snap: HostSnapshot) -> RuleOutcome:
+    """The outcome of a rule that did not run because the host gave no data."""
+    detail = f": {_clip(snap.status_detail)}" if snap.status_detail else ""
+    reason = f"the host was not audited ({snap.status.value}{detail})"
+    return RuleOutcome(rule.code, snap.host, Outcome.NOT_EVALUATED, reason, per_gpu=rule.per_gpu)
+
 
 RULE_FAILED_CODE = "GA000"
 
@@ -106,8 +273,9 @@ def host_not_audited(rule: Rule, snap: HostSnapshot, ctx: RuleContext) -> Iterab
     """A host in the inventory for which the audit has no data.
 
     Checks: host status UNREACHABLE (no connection), AUTH_FAILED (the host refused the login or
-    its host key changed), TIMED_OUT (the collection did not finish within GPUAUDIT_TIMEOUT) or
-    COLLECTION_FAILED (the collector's output could not be read). No other rule runs on such a
+    its host key changed), TIMED_OUT (the collection did not finish within GPUAUDIT_TIMEOUT),
+    COLLECTION_FAILED (the collector's output could not be read) or NOT_AUDITED (the run was
+    interrupted, or pyinfra ended, before the host was collected). No other rule runs on such a
     host.
     Why: a host missing from the register would read as healthy; an unreachable or hanging GPU
     node is also often a node that crashed or whose driver is wedged (in Kubernetes, a node

@@ -4,6 +4,14 @@ A rule has a stable code that is never reused (GA1xx driver/software, GA2xx MIG,
 memory/ECC/XID health, GA4xx services, GA5xx topology/PCIe/NVLink, GA6xx system/sysctl/security,
 GA7xx fleet consistency, GA8xx capacity). Host rules look at one snapshot; fleet rules look at
 all of them (drift between hosts of the same GPU model).
+
+Every rule gets an outcome on every host (and, for rules that judge GPUs one by one, on every
+GPU), in the manner of checkov's PASSED / FAILED / UNKNOWN: ``fail`` (it has findings),
+``pass`` (it looked and found nothing), ``not_evaluated`` (the data it reads was missing, or it
+raised; the reason says which) and ``disabled`` (the site policy turned it off for the host).
+Silence is never read as a pass: a rule declares the collected data it reads (:class:`Need`),
+and a check may yield :class:`NotEvaluated` instead of a finding where only it can tell that it
+could not judge (a layout it cannot count, a version it was not given).
 """
 
 from __future__ import annotations
@@ -37,6 +45,15 @@ _SEVERITY_RANK = {
     Severity.LOW: 1,
     Severity.INFO: 0,
 }
+
+
+class Outcome(str, Enum):
+    """What a rule concluded about one host or GPU."""
+
+    FAIL = "fail"
+    PASS = "pass"
+    NOT_EVALUATED = "not_evaluated"
+    DISABLED = "disabled"
 
 
 class Owner(str, Enum):
@@ -162,8 +179,102 @@ class RuleContext:
         return host_policy(snap, self.policy)
 
 
-HostCheck = Callable[["Rule", HostSnapshot, RuleContext], Iterable[Finding]]
-FleetCheck = Callable[["Rule", Sequence[HostSnapshot], RuleContext], Iterable[Finding]]
+@dataclass(frozen=True)
+class NotEvaluated:
+    """Yielded by a check instead of a finding: it could not judge the host (or one GPU).
+
+    ``host`` is for fleet checks, which judge many hosts at once; a host check leaves it unset.
+    """
+
+    reason: str
+    gpu: int | None = None
+    host: str | None = None
+
+
+@dataclass(frozen=True)
+class Need:
+    """Collected data a rule reads; ``missing(snapshot)`` says why a host lacks it (None: it
+    has it). A rule that found nothing on a host lacking one of its needs did not pass there:
+    it is not evaluated, with that reason."""
+
+    what: str
+    missing: Callable[[HostSnapshot], str | None]
+
+
+@dataclass(frozen=True)
+class GpuOutcome:
+    gpu: int
+    outcome: Outcome
+    reason: str = ""
+
+
+@dataclass(frozen=True)
+class RuleOutcome:
+    """One rule's outcome on one host: why when it was not evaluated or is disabled, how many
+    findings when it failed, and the outcome per GPU for rules that judge GPUs one by one.
+
+    As JSON (register.json), compact for fleets of thousands of 8-GPU hosts: ``gpus`` maps each
+    outcome to the GPU indexes that had it, ``gpu_reasons`` says why per GPU where there is a
+    reason (``{"outcome": "not_evaluated", "gpus": {"pass": [0], "not_evaluated": [1]},
+    "gpu_reasons": {"1": "it answers with an error"}, "reason": "GPU 1: …"}``).
+    """
+
+    rule: str
+    host: str
+    outcome: Outcome
+    reason: str = ""
+    findings: int = 0
+    gpus: tuple[GpuOutcome, ...] = ()
+    per_gpu: bool = False
+
+    def to_dict(self) -> dict[str, Any]:
+        entry: dict[str, Any] = {"outcome": self.outcome.value}
+        if self.reason:
+            entry["reason"] = self.reason
+        if self.findings:
+            entry["findings"] = self.findings
+        if self.per_gpu:
+            by_outcome: dict[str, list[int]] = {}
+            for g in self.gpus:
+                by_outcome.setdefault(g.outcome.value, []).append(g.gpu)
+            entry["gpus"] = by_outcome
+            reasons = {str(g.gpu): g.reason for g in self.gpus if g.reason}
+            if reasons:
+                entry["gpu_reasons"] = reasons
+        return entry
+
+    @classmethod
+    def from_dict(cls, rule: str, host: str, data: dict[str, Any]) -> RuleOutcome:
+        gpus = data.get("gpus")
+        reasons = data.get("gpu_reasons") or {}
+        per_gpu = [
+            GpuOutcome(int(index), Outcome(outcome), str(reasons.get(str(index)) or ""))
+            for outcome, indexes in (gpus or {}).items()
+            for index in indexes
+        ]
+        return cls(
+            rule=rule,
+            host=host,
+            outcome=Outcome(data["outcome"]),
+            reason=str(data.get("reason") or ""),
+            findings=int(data.get("findings") or 0),
+            gpus=tuple(sorted(per_gpu, key=lambda g: g.gpu)),
+            per_gpu=gpus is not None,
+        )
+
+
+@dataclass(frozen=True)
+class Evaluation:
+    """What evaluating the rules over a fleet gives: the findings (most severe first, the
+    site's severities applied) and every rule's outcome on every host."""
+
+    findings: tuple[Finding, ...] = ()
+    outcomes: tuple[RuleOutcome, ...] = ()
+
+
+CheckResult = Finding | NotEvaluated
+HostCheck = Callable[["Rule", HostSnapshot, RuleContext], Iterable[CheckResult]]
+FleetCheck = Callable[["Rule", Sequence[HostSnapshot], RuleContext], Iterable[CheckResult]]
 
 
 @dataclass(frozen=True)
@@ -184,6 +295,10 @@ class Rule:
     # Most rules read collected data; a host that could not be collected would only make them
     # report its absence over and over. Rules that report on the collection itself set this.
     runs_without_data: bool = False
+    # The collected data the check reads: a host without it gets not_evaluated, not pass.
+    needs: tuple[Need, ...] = ()
+    # The check judges each GPU on its own (its findings name the GPU): outcomes per GPU too.
+    per_gpu: bool = False
 
     def finding(
         self,
@@ -225,7 +340,7 @@ REGISTRY: dict[str, Rule] = {}
 
 _CODE = re.compile(r"^GA\d{3}$")
 
-CheckT = TypeVar("CheckT", bound=Callable[..., Iterable[Finding]])
+CheckT = TypeVar("CheckT", bound=Callable[..., Iterable[CheckResult]])
 
 
 def register(new: Rule) -> Rule:
@@ -273,11 +388,15 @@ def rule(
     operation: str | None = None,
     fleet: bool = False,
     runs_without_data: bool = False,
+    needs: Sequence[Need] = (),
+    per_gpu: bool = False,
 ) -> Callable[[CheckT], CheckT]:
     """Register the decorated check function as a rule; its docstring becomes the rule's doc.
 
     A host check is called as ``check(rule, snapshot, context)``, a fleet check (``fleet=True``)
-    as ``check(rule, snapshots, context)``; both return an iterable of findings.
+    as ``check(rule, snapshots, context)``; both return an iterable of findings, and of
+    :class:`NotEvaluated` where they could not judge. ``needs`` names the collected data the
+    check reads; ``per_gpu`` says that it judges each GPU on its own.
     """
 
     def decorate(check: CheckT) -> CheckT:
@@ -297,6 +416,8 @@ def rule(
                 check_host=None if fleet else check,
                 check_fleet=check if fleet else None,
                 runs_without_data=runs_without_data,
+                needs=tuple(needs),
+                per_gpu=per_gpu,
             )
         )
         return check

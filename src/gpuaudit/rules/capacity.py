@@ -20,6 +20,7 @@ from typing import Any
 
 from gpuaudit.model.snapshot import Gpu, HostSnapshot
 from gpuaudit.rules import refs
+from gpuaudit.rules.audit import GPU_LIST
 from gpuaudit.rules.base import Evidence, Finding, Owner, Rule, RuleContext, Severity, rule
 
 GIB = 2**30
@@ -118,6 +119,7 @@ def _gib(value: float) -> str:
     "GA801",
     "Model sizes that fit this host",
     category="capacity",
+    needs=(GPU_LIST,),
     owner=Owner.ML_ENGINEERING,
     severity=Severity.INFO,
     likelihood=1,
@@ -186,6 +188,7 @@ def capacity_summary(rule: Rule, snap: HostSnapshot, ctx: RuleContext) -> Iterab
     "GA802",
     "A model the site must serve does not fit the host",
     category="capacity",
+    needs=(GPU_LIST,),
     owner=Owner.ML_ENGINEERING,
     severity=Severity.HIGH,
     likelihood=4,

@@ -7,7 +7,18 @@ from collections.abc import Iterable
 
 from gpuaudit.model.snapshot import HostSnapshot
 from gpuaudit.rules import refs
-from gpuaudit.rules.base import Evidence, Finding, Owner, Rule, RuleContext, Severity, rule
+from gpuaudit.rules.audit import DRIVER_MODULE, GPU_LIST, PACKAGES
+from gpuaudit.rules.base import (
+    CheckResult,
+    Evidence,
+    Finding,
+    NotEvaluated,
+    Owner,
+    Rule,
+    RuleContext,
+    Severity,
+    rule,
+)
 from gpuaudit.rules.evidence import section_excerpt
 from gpuaudit.rules.software import host_driver_version
 from gpuaudit.rules.versions import DRIVER_PACKAGE_VERSION, major_minor, same_version
@@ -42,13 +53,13 @@ def _supported_cuda(snap: HostSnapshot) -> str | None:
         refs.GUIDE_PREPRODUCTION,
     ),
 )
-def cuda_insufficient(rule: Rule, snap: HostSnapshot, ctx: RuleContext) -> Iterable[Finding]:
+def cuda_insufficient(rule: Rule, snap: HostSnapshot, ctx: RuleContext) -> Iterable[CheckResult]:
     """The driver supports an older CUDA than the site's images are built for.
 
     Checks: every version in ``required_cuda_versions`` (policy or inventory host data) against
     the CUDA version the driver supports (nvidia-smi's ``cuda_version``). Silent when nothing is
-    required or the host reports no CUDA version (AMD hosts; a driver that does not answer is
-    GA101's).
+    required; not evaluated when the host reports no CUDA version (AMD hosts; a driver that
+    does not answer is GA101's).
     Why: a CUDA runtime newer than the driver fails at start with "CUDA driver version is
     insufficient for CUDA runtime version": the host driver is too old for the image.
     A newer major version never runs (high); a newer minor version of the same major may run
@@ -62,6 +73,12 @@ def cuda_insufficient(rule: Rule, snap: HostSnapshot, ctx: RuleContext) -> Itera
         required = [required]
     supported_text = _supported_cuda(snap)
     supported = major_minor(supported_text) if supported_text else None
+    if required and supported is None:
+        yield NotEvaluated(
+            "the host reports no CUDA version"
+            + (f" ({supported_text!r} is not one)" if supported_text else "")
+            + (f": {gpus}" if (gpus := GPU_LIST.missing(snap)) else "")
+        )
     if not required or supported is None:
         return
     wanted = {str(v): major_minor(v) for v in required}
@@ -100,6 +117,7 @@ def cuda_insufficient(rule: Rule, snap: HostSnapshot, ctx: RuleContext) -> Itera
     "GA121",
     "Installed driver packages differ from the loaded kernel module",
     category="software",
+    needs=(DRIVER_MODULE, PACKAGES),
     owner=Owner.INFRA,
     severity=Severity.HIGH,
     likelihood=4,

@@ -11,6 +11,7 @@ from collections.abc import Iterable
 
 from gpuaudit.model.snapshot import Gpu, HostSnapshot
 from gpuaudit.rules import refs
+from gpuaudit.rules.audit import GPU_LIST
 from gpuaudit.rules.base import Evidence, Finding, Owner, Rule, RuleContext, Severity, rule
 from gpuaudit.rules.evidence import gpu_label, gpu_xml_excerpt
 from gpuaudit.rules.xid_catalog import RecoveryAction, recovery_action
@@ -38,6 +39,8 @@ def _requests(gpu: Gpu) -> list[RecoveryAction]:
     "GA311",
     "Driver asks for a GPU reset, drain or node reboot",
     category="health",
+    needs=(GPU_LIST,),
+    per_gpu=True,
     owner=Owner.INFRA,
     severity=Severity.HIGH,
     likelihood=4,
@@ -91,6 +94,8 @@ def recovery_requested(rule: Rule, snap: HostSnapshot, ctx: RuleContext) -> Iter
     "GA321",
     "GPU temperature above the alert threshold",
     category="health",
+    needs=(GPU_LIST,),
+    per_gpu=True,
     owner=Owner.INFRA,
     severity=Severity.MEDIUM,
     likelihood=3,
@@ -141,6 +146,8 @@ def temperature_high(rule: Rule, snap: HostSnapshot, ctx: RuleContext) -> Iterab
     "GA330",
     "GPU memory headroom below 20 %",
     category="health",
+    needs=(GPU_LIST,),
+    per_gpu=True,
     owner=Owner.ML_ENGINEERING,
     severity=Severity.LOW,
     likelihood=3,

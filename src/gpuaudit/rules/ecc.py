@@ -10,6 +10,7 @@ from dataclasses import dataclass
 
 from gpuaudit.model.snapshot import Gpu, HostSnapshot
 from gpuaudit.rules import refs
+from gpuaudit.rules.audit import GPU_LIST
 from gpuaudit.rules.base import Evidence, Finding, Owner, Rule, RuleContext, Severity, rule
 from gpuaudit.rules.evidence import gpu_label, gpu_xml_excerpt
 from gpuaudit.rules.hardware import is_datacenter_gpu
@@ -46,6 +47,8 @@ def _mode(value: str | None) -> str | None:
     "GA308",
     "Corrected ECC errors above the health-check thresholds",
     category="health",
+    needs=(GPU_LIST,),
+    per_gpu=True,
     owner=Owner.INFRA,
     severity=Severity.MEDIUM,
     likelihood=3,
@@ -104,6 +107,8 @@ def corrected_ecc_volume(rule: Rule, snap: HostSnapshot, ctx: RuleContext) -> It
     "GA309",
     "ECC disabled on a datacenter GPU",
     category="health",
+    needs=(GPU_LIST,),
+    per_gpu=True,
     owner=Owner.INFRA,
     severity=Severity.MEDIUM,
     likelihood=3,
@@ -151,6 +156,8 @@ def ecc_disabled(rule: Rule, snap: HostSnapshot, ctx: RuleContext) -> Iterable[F
     "GA310",
     "ECC mode change pending a reboot",
     category="health",
+    needs=(GPU_LIST,),
+    per_gpu=True,
     owner=Owner.INFRA,
     severity=Severity.MEDIUM,
     likelihood=4,

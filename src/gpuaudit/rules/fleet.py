@@ -7,10 +7,10 @@ from dataclasses import dataclass
 
 from gpuaudit.model.snapshot import HostSnapshot
 from gpuaudit.rules import refs
-from gpuaudit.rules.audit import NOT_COLLECTED
-from gpuaudit.rules.base import Evidence, Finding, Owner, Rule, RuleContext, Severity, rule
+from gpuaudit.rules.audit import GPU_LIST, NOT_COLLECTED, PACKAGES
+from gpuaudit.rules.base import Evidence, Finding, Need, Owner, Rule, RuleContext, Severity, rule
 from gpuaudit.rules.services import fabric_manager_packages
-from gpuaudit.rules.software import host_driver_version
+from gpuaudit.rules.software import DRIVER_VERSION, host_driver_version
 from gpuaudit.rules.versions import version_key
 
 _MAX_NAMES = 10
@@ -26,6 +26,7 @@ def _names(snaps: Sequence[HostSnapshot]) -> str:
     "GA701",
     "Driver version drift among hosts with the same GPU model",
     category="fleet",
+    needs=(GPU_LIST, DRIVER_VERSION),
     owner=Owner.INFRA,
     severity=Severity.MEDIUM,
     likelihood=3,
@@ -151,6 +152,8 @@ class _Drift:
     impact: int
     why: str
     remediation: str
+    # What the value is read from besides the GPU list (whose models group the hosts).
+    needs: tuple[Need, ...] = ()
 
 
 _FIRMWARE_FIX = (
@@ -192,6 +195,7 @@ _DRIFTS = (
         "upgrade of the driver alone",
         "Install nvidia-fabricmanager at the driver's version on every NVSwitch host of the "
         "model, as part of the same staged driver upgrade.",
+        needs=(PACKAGES,),
     ),
 )  # fmt: skip
 
@@ -225,6 +229,7 @@ def _register_drift(spec: _Drift) -> None:
         remediation=spec.remediation,
         references=(refs.GUIDE_UNIFORM_VERSIONS, refs.GUIDE_VERSION_AUDIT, refs.GUIDE_CANARY),
         fleet=True,
+        needs=(GPU_LIST, *spec.needs),
     )(check)
 
 

@@ -6,6 +6,7 @@ from collections.abc import Iterable
 
 from gpuaudit.model.snapshot import Gpu, HostSnapshot
 from gpuaudit.rules import refs
+from gpuaudit.rules.audit import GPU_LIST
 from gpuaudit.rules.base import Evidence, Finding, Owner, Rule, RuleContext, Severity, rule
 from gpuaudit.rules.evidence import gpu_label, gpu_xml_excerpt
 
@@ -17,6 +18,8 @@ _REMAP_REFS = (*_MEMORY_REFS, refs.GUIDE_ROW_REMAPPING, refs.GUIDE_ERROR_RATES)
     "GA303",
     "Uncorrectable ECC errors",
     category="health",
+    needs=(GPU_LIST,),
+    per_gpu=True,
     owner=Owner.INFRA,
     severity=Severity.HIGH,
     likelihood=4,
@@ -80,6 +83,8 @@ def uncorrectable_ecc(rule: Rule, snap: HostSnapshot, ctx: RuleContext) -> Itera
     "GA304",
     "Row remapping pending: GPU reset needed",
     category="health",
+    needs=(GPU_LIST,),
+    per_gpu=True,
     owner=Owner.INFRA,
     severity=Severity.HIGH,
     likelihood=4,
@@ -113,6 +118,8 @@ def remap_pending(rule: Rule, snap: HostSnapshot, ctx: RuleContext) -> Iterable[
     "GA305",
     "Row remapping failed: GPU needs RMA",
     category="health",
+    needs=(GPU_LIST,),
+    per_gpu=True,
     owner=Owner.INFRA,
     severity=Severity.CRITICAL,
     likelihood=5,
@@ -149,6 +156,8 @@ def remap_failure(rule: Rule, snap: HostSnapshot, ctx: RuleContext) -> Iterable[
     "GA306",
     "Uncorrectable row remaps at the RMA limit",
     category="health",
+    needs=(GPU_LIST,),
+    per_gpu=True,
     owner=Owner.INFRA,
     severity=Severity.CRITICAL,
     likelihood=5,
@@ -193,6 +202,8 @@ def _remap_evidence(
     "GA307",
     "Retired memory pages at the limit or pending",
     category="health",
+    needs=(GPU_LIST,),
+    per_gpu=True,
     owner=Owner.INFRA,
     severity=Severity.HIGH,
     likelihood=4,
@@ -253,6 +264,8 @@ def retired_pages(rule: Rule, snap: HostSnapshot, ctx: RuleContext) -> Iterable[
     "GA320",
     "GPU clocks held down by a hardware or thermal slowdown",
     category="health",
+    needs=(GPU_LIST,),
+    per_gpu=True,
     owner=Owner.INFRA,
     severity=Severity.MEDIUM,
     likelihood=3,
@@ -287,11 +300,11 @@ def clock_slowdown(rule: Rule, snap: HostSnapshot, ctx: RuleContext) -> Iterable
         excerpt = gpu_xml_excerpt(snap, gpu, "clocks_event_reasons") or gpu_xml_excerpt(
             snap, gpu, "clocks_throttle_reasons"
         )
+        readings = _thermal_readings(gpu)
         yield rule.finding(
             snap,
             f"{gpu_label(gpu)} is slowed down by {', '.join(active)}"
-            f" (temperature {gpu.temperature_c} °C, slowdown at {gpu.temperature_slowdown_c} °C;"
-            f" power {gpu.power_draw_w} W of {gpu.power_limit_w} W).",
+            + (f" ({readings})." if readings else "."),
             Evidence(
                 fact=f"gpus[{gpu.index}].clock_event_reasons",
                 actual=active,
@@ -300,6 +313,24 @@ def clock_slowdown(rule: Rule, snap: HostSnapshot, ctx: RuleContext) -> Iterable
             ),
             gpu=gpu.index,
         )
+
+
+def _thermal_readings(gpu: Gpu) -> str:
+    """Temperature and power as far as the GPU reported them: "temperature 81 °C, slowdown at
+    87 °C; power 70 W of 130 W", leaving out what it did not report."""
+    heat = []
+    if gpu.temperature_c is not None:
+        heat.append(f"temperature {gpu.temperature_c:g} °C")
+    if gpu.temperature_slowdown_c is not None:
+        heat.append(f"slowdown at {gpu.temperature_slowdown_c:g} °C")
+    power = ""
+    if gpu.power_draw_w is not None:
+        power = f"power {gpu.power_draw_w:g} W"
+        if gpu.power_limit_w is not None:
+            power += f" of {gpu.power_limit_w:g} W"
+    elif gpu.power_limit_w is not None:
+        power = f"power limit {gpu.power_limit_w:g} W"
+    return "; ".join(part for part in (", ".join(heat), power) if part)
 
 
 def _reason(name: str) -> str:

@@ -7,7 +7,18 @@ from collections.abc import Iterable
 
 from gpuaudit.model.snapshot import Gpu, HostSnapshot
 from gpuaudit.rules import refs
-from gpuaudit.rules.base import Evidence, Finding, Owner, Rule, RuleContext, Severity, rule
+from gpuaudit.rules.audit import GPU_LIST, section_problem
+from gpuaudit.rules.base import (
+    CheckResult,
+    Evidence,
+    Finding,
+    NotEvaluated,
+    Owner,
+    Rule,
+    RuleContext,
+    Severity,
+    rule,
+)
 from gpuaudit.rules.evidence import gpu_label, gpu_xml_excerpt, section_excerpt
 from gpuaudit.rules.mig_spec import MigEntry, MigSpecError, read_mig_configs
 
@@ -16,6 +27,8 @@ from gpuaudit.rules.mig_spec import MigEntry, MigSpecError, read_mig_configs
     "GA201",
     "MIG mode change pending",
     category="mig",
+    needs=(GPU_LIST,),
+    per_gpu=True,
     owner=Owner.INFRA,
     severity=Severity.MEDIUM,
     likelihood=4,
@@ -60,6 +73,8 @@ def mig_mode_pending(rule: Rule, snap: HostSnapshot, ctx: RuleContext) -> Iterab
     "GA202",
     "MIG enabled but no GPU instances",
     category="mig",
+    needs=(GPU_LIST,),
+    per_gpu=True,
     owner=Owner.INFRA,
     severity=Severity.MEDIUM,
     likelihood=4,
@@ -71,12 +86,14 @@ def mig_mode_pending(rule: Rule, snap: HostSnapshot, ctx: RuleContext) -> Iterab
     ),
     references=(refs.MIG_GUIDE, refs.GUIDE_MIG_INSTANCES),
 )
-def mig_without_instances(rule: Rule, snap: HostSnapshot, ctx: RuleContext) -> Iterable[Finding]:
+def mig_without_instances(
+    rule: Rule, snap: HostSnapshot, ctx: RuleContext
+) -> Iterable[CheckResult]:
     """A GPU in MIG mode with no GPU instance: it can run nothing.
 
     Checks: GPUs whose current MIG mode is Enabled and for which neither nvidia-smi's
-    ``mig_devices`` nor ``nvidia-smi mig -lgi`` lists an instance. Silent when -lgi gave no
-    usable answer (cannot tell).
+    ``mig_devices`` nor ``nvidia-smi mig -lgi`` lists an instance. Not evaluated on such a GPU
+    when -lgi gave no usable answer (cannot tell).
     Why: in MIG mode a GPU is only reachable through its instances; with none, CUDA sees no
     device and the capacity is silently lost (a reboot also drops instances not recreated by
     a boot-time service).
@@ -89,7 +106,13 @@ def mig_without_instances(rule: Rule, snap: HostSnapshot, ctx: RuleContext) -> I
         if (gpu.mig_mode_current or "").lower() != "enabled" or gpu.mig_devices:
             continue
         instances = [i for i in snap.mig_gpu_instances if i.gpu == gpu.index]
-        if instances or not lgi_known:
+        if instances:
+            continue
+        if not lgi_known:
+            problem = section_problem(snap, "mig_gi") or "it listed no instance and no answer"
+            yield NotEvaluated(
+                f"`nvidia-smi mig -lgi` gave no usable answer ({problem})", gpu.index
+            )
             continue
         yield rule.finding(
             snap,
@@ -151,6 +174,8 @@ def _counts(counts: dict[str, int]) -> str:
     "GA203",
     "MIG layout differs from the site's MIG config",
     category="mig",
+    needs=(GPU_LIST,),
+    per_gpu=True,
     owner=Owner.INFRA,
     severity=Severity.MEDIUM,
     likelihood=4,
@@ -244,6 +269,7 @@ def _layout_problems(snap: HostSnapshot, gpu: Gpu, entry: MigEntry) -> list[str]
     "GA204",
     "MIG in use without a declared layout",
     category="mig",
+    needs=(GPU_LIST,),
     owner=Owner.INFRA,
     severity=Severity.LOW,
     likelihood=3,
@@ -291,6 +317,7 @@ def mig_undeclared(rule: Rule, snap: HostSnapshot, ctx: RuleContext) -> Iterable
     "GA205",
     "Shared GPUs without MIG isolation",
     category="mig",
+    needs=(GPU_LIST,),
     owner=Owner.INFRA,
     severity=Severity.MEDIUM,
     likelihood=3,

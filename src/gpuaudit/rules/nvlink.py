@@ -1,7 +1,7 @@
 """GA510–GA511: NVLink — links that are down, and links that keep correcting errors.
 
-Both read ``snapshot.nvlink`` (nvidia-smi nvlink -s / -e) and are silent when it was not
-collected.
+Both read ``snapshot.nvlink`` (nvidia-smi nvlink -s / -e) and are not evaluated when it was
+not collected.
 """
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ from typing import Any
 
 from gpuaudit.model.snapshot import GpuNvLink, HostSnapshot
 from gpuaudit.rules import refs
+from gpuaudit.rules.audit import NVLINK
 from gpuaudit.rules.base import Evidence, Finding, Owner, Rule, RuleContext, Severity, rule
 from gpuaudit.rules.services import is_sxm_board_gpu, nvswitch_reason
 
@@ -59,6 +60,7 @@ def _nvlink_expected(snap: HostSnapshot, entry: GpuNvLink, policy: Mapping[str, 
     "GA510",
     "NVLink links inactive",
     category="topology",
+    needs=(NVLINK,),
     owner=Owner.INFRA,
     severity=Severity.HIGH,
     likelihood=4,
@@ -119,6 +121,7 @@ def nvlink_inactive(rule: Rule, snap: HostSnapshot, ctx: RuleContext) -> Iterabl
     "GA511",
     "NVLink error counters above limits",
     category="topology",
+    needs=(NVLINK,),
     owner=Owner.INFRA,
     severity=Severity.MEDIUM,
     likelihood=3,

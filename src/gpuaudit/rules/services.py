@@ -8,7 +8,18 @@ from typing import Any
 
 from gpuaudit.model.snapshot import Gpu, HostSnapshot, Package, Service
 from gpuaudit.rules import refs
-from gpuaudit.rules.base import Evidence, Finding, Owner, Rule, RuleContext, Severity, rule
+from gpuaudit.rules.audit import GPU_LIST, PACKAGES, SERVICES
+from gpuaudit.rules.base import (
+    CheckResult,
+    Evidence,
+    Finding,
+    NotEvaluated,
+    Owner,
+    Rule,
+    RuleContext,
+    Severity,
+    rule,
+)
 from gpuaudit.rules.evidence import gpu_label, section_excerpt
 from gpuaudit.rules.hardware import is_datacenter_gpu
 from gpuaudit.rules.software import host_driver_version
@@ -28,6 +39,8 @@ def _service(snap: HostSnapshot, name: str) -> Service | None:
     "GA401",
     "Persistence mode off",
     category="services",
+    needs=(GPU_LIST,),
+    per_gpu=True,
     owner=Owner.INFRA,
     severity=Severity.MEDIUM,
     likelihood=4,
@@ -168,13 +181,14 @@ def fabric_manager_packages(snap: HostSnapshot) -> list[Package]:
     ),
     references=(refs.FABRIC_MANAGER, refs.GUIDE_DRIVER_SERVICES),
 )
-def fabric_manager(rule: Rule, snap: HostSnapshot, ctx: RuleContext) -> Iterable[Finding]:
+def fabric_manager(rule: Rule, snap: HostSnapshot, ctx: RuleContext) -> Iterable[CheckResult]:
     """An NVSwitch system whose fabric manager is missing, stopped, or at another version.
 
     Checks: on hosts that look like NVSwitch systems (``nvswitch_reason``: switch device nodes,
     SXid lines, ≥ 8 SXM-board GPUs by name, or all-to-all NVLink among ≥ 8 GPUs), the
     nvidia-fabricmanager service is installed and active, and its package version matches the
-    driver version.
+    driver version. Not evaluated when neither the service list nor the packages say anything
+    of fabric manager, or when no GPU and no device node tells whether it is such a system.
     Why: on NVSwitch systems the GPUs are not usable for CUDA until fabric manager has trained
     the NVLink fabric; CUDA init fails ("system not yet initialized"), and fabric manager
     refuses to start against a driver of another version.
@@ -184,9 +198,22 @@ def fabric_manager(rule: Rule, snap: HostSnapshot, ctx: RuleContext) -> Iterable
     """
     reason = nvswitch_reason(snap, ctx.settings_for(snap))
     if reason is None:
+        if not snap.gpus and not snap.device_nodes:
+            yield NotEvaluated(
+                "whether this is an NVSwitch system is unknown: "
+                + (GPU_LIST.missing(snap) or "no GPU listed")
+                + " and no device node listed"
+            )
         return
     service = _service(snap, FABRIC_MANAGER)
     packages = fabric_manager_packages(snap)
+    if service is None and not snap.packages:
+        unknown = [m for m in (SERVICES.missing(snap), PACKAGES.missing(snap)) if m]
+        yield NotEvaluated(
+            f"NVSwitch system ({reason}), but its fabric manager's state is unknown: "
+            + ("; ".join(unknown) or "neither its service nor a package is listed")
+        )
+        return
     driver = host_driver_version(snap)
     problems: list[str] = []
     severity = Severity.CRITICAL
@@ -229,6 +256,7 @@ def fabric_manager(rule: Rule, snap: HostSnapshot, ctx: RuleContext) -> Iterable
     "GA403",
     "GPU monitoring agent not running (DCGM / dcgm-exporter)",
     category="services",
+    needs=(GPU_LIST, SERVICES),
     owner=Owner.INFRA,
     severity=Severity.MEDIUM,
     likelihood=4,
@@ -254,9 +282,10 @@ def monitoring_absent(rule: Rule, snap: HostSnapshot, ctx: RuleContext) -> Itera
     """A host with datacenter GPUs runs none of the DCGM monitoring agents.
 
     Checks: on hosts with at least one datacenter GPU (``datacenter_gpu_name_patterns``), that
-    one of ``monitoring_services`` (nvidia-dcgm, dcgm, dcgm-exporter) is active. Silent when
-    the service list was not collected, and when ``monitoring_required`` is false (sites whose
-    dcgm-exporter runs as a Kubernetes DaemonSet have no host unit to find).
+    one of ``monitoring_services`` (nvidia-dcgm, dcgm, dcgm-exporter) is active. Not evaluated
+    when the service list or the GPU list was not collected; silent when ``monitoring_required``
+    is false (sites whose dcgm-exporter runs as a Kubernetes DaemonSet have no host unit to
+    find).
     Why: without DCGM nothing records the GPU metrics the alerts read (temperature, memory
     pressure, XIDs) or the utilisation, power and error rates a fleet is run by; failures are
     found by the jobs that hit them. The audit is a snapshot; monitoring is the history between

@@ -7,7 +7,19 @@ from collections.abc import Iterable
 
 from gpuaudit.model.snapshot import HostSnapshot, HostStatus
 from gpuaudit.rules import refs
-from gpuaudit.rules.base import Evidence, Finding, Owner, Rule, RuleContext, Severity, rule
+from gpuaudit.rules.audit import GPU_LIST, GPU_TOOL, PACKAGES, PCI_BUS, TOOL_LIST
+from gpuaudit.rules.base import (
+    CheckResult,
+    Evidence,
+    Finding,
+    Need,
+    NotEvaluated,
+    Owner,
+    Rule,
+    RuleContext,
+    Severity,
+    rule,
+)
 from gpuaudit.rules.evidence import gpu_label, section_excerpt
 
 
@@ -18,10 +30,21 @@ def host_driver_version(snap: HostSnapshot) -> str | None:
     )
 
 
+def _driver_version_missing(snap: HostSnapshot) -> str | None:
+    if host_driver_version(snap):
+        return None
+    return GPU_LIST.missing(snap) or "no driver version: nvidia-smi reported none"
+
+
+# The driver version the host runs (nvidia-smi's, a GPU's, or the loaded module's).
+DRIVER_VERSION = Need("the driver version", _driver_version_missing)
+
+
 @rule(
     "GA101",
     "NVIDIA driver not loaded or not responding",
     category="software",
+    needs=(GPU_TOOL,),
     owner=Owner.INFRA,
     severity=Severity.CRITICAL,
     likelihood=5,
@@ -74,6 +97,8 @@ def driver_not_responding(rule: Rule, snap: HostSnapshot, ctx: RuleContext) -> I
     "GA103",
     "GPU reports an error state",
     category="software",
+    needs=(GPU_LIST,),
+    per_gpu=True,
     owner=Owner.INFRA,
     severity=Severity.HIGH,
     likelihood=4,
@@ -110,12 +135,22 @@ def gpu_error_state(rule: Rule, snap: HostSnapshot, ctx: RuleContext) -> Iterabl
 
 
 _VENDOR_TOOLS = {"nvidia": ("nvidia-smi",), "amd": ("rocm-smi", "amd-smi")}
+_BUS_VENDORS = {"10de": "nvidia", "1002": "amd"}
+
+
+def _vendor_on_bus(snap: HostSnapshot) -> str | None:
+    """The vendor of the GPUs lspci lists (None: no GPU listed, or lspci did not answer)."""
+    if PCI_BUS.missing(snap) is not None:
+        return None
+    vendors = {_BUS_VENDORS.get(d.vendor_id) for d in snap.pci_devices if d.is_gpu}
+    return next((v for v in ("nvidia", "amd") if v in vendors), None)
 
 
 @rule(
     "GA104",
     "GPU management tool missing",
     category="software",
+    needs=(TOOL_LIST,),
     owner=Owner.INFRA,
     severity=Severity.HIGH,
     likelihood=4,
@@ -126,12 +161,14 @@ _VENDOR_TOOLS = {"nvidia": ("nvidia-smi",), "amd": ("rocm-smi", "amd-smi")}
     ),
     references=(refs.NVIDIA_SMI, refs.GUIDE_DRIVER_DEBUGGING, refs.GUIDE_INCIDENT),
 )
-def gpu_tool_missing(rule: Rule, snap: HostSnapshot, ctx: RuleContext) -> Iterable[Finding]:
+def gpu_tool_missing(rule: Rule, snap: HostSnapshot, ctx: RuleContext) -> Iterable[CheckResult]:
     """The GPU vendor's CLI is not installed on a host that should have GPUs.
 
     Checks: ``gpu_vendor`` (host_data ``vendor``) "nvidia" needs nvidia-smi, "amd" needs
     rocm-smi or amd-smi; with no vendor set but ``expected_gpu_count`` > 0, nvidia-smi is
-    required unless an AMD tool is present. Silent when the host did not report its tools.
+    required unless an AMD tool is present; with neither, the vendor of the GPUs lspci lists.
+    Not evaluated when the host did not report its tools, or when it has no GPU tool and
+    neither the inventory nor the PCI bus listing says whether it has GPUs.
     Why: without the tool neither the audit nor an operator can see the GPUs' health, and a
     missing nvidia-smi usually means the driver install is incomplete.
     Evidence: the tools found on the host and what the inventory expects.
@@ -145,6 +182,16 @@ def gpu_tool_missing(rule: Rule, snap: HostSnapshot, ctx: RuleContext) -> Iterab
     if vendor is None and isinstance(expected, int) and expected > 0:
         has_amd = any(snap.tools.get(t) for t in _VENDOR_TOOLS["amd"])
         vendor = "amd" if has_amd else "nvidia"
+    if vendor is None:
+        vendor = _vendor_on_bus(snap)
+    if vendor is None and not any(snap.tools.get(t) for ts in _VENDOR_TOOLS.values() for t in ts):
+        bus = PCI_BUS.missing(snap)
+        if bus is not None:
+            yield NotEvaluated(
+                "no GPU tool is installed, the inventory names no GPU vendor or count, and "
+                f"the PCI bus could not tell whether the host has GPUs ({bus})"
+            )
+        return
     needed = _VENDOR_TOOLS.get(vendor or "")
     if not needed or any(snap.tools.get(t) for t in needed):
         return
@@ -165,6 +212,7 @@ def gpu_tool_missing(rule: Rule, snap: HostSnapshot, ctx: RuleContext) -> Iterab
     "GA105",
     "Kernel log unreadable: XID history unknown",
     category="software",
+    needs=(TOOL_LIST,),
     owner=Owner.INFRA,
     severity=Severity.MEDIUM,
     likelihood=3,
@@ -216,6 +264,7 @@ def kernel_log_unreadable(rule: Rule, snap: HostSnapshot, ctx: RuleContext) -> I
     "GA106",
     "Driver packages not held",
     category="software",
+    needs=(PACKAGES,),
     owner=Owner.INFRA,
     severity=Severity.MEDIUM,
     likelihood=3,
@@ -277,11 +326,12 @@ def driver_not_held(rule: Rule, snap: HostSnapshot, ctx: RuleContext) -> Iterabl
     ),
     references=(refs.GUIDE_UNIFORM_VERSIONS, refs.GUIDE_CANARY, refs.GUIDE_DRIVER_ERRORS),
 )
-def driver_not_desired(rule: Rule, snap: HostSnapshot, ctx: RuleContext) -> Iterable[Finding]:
+def driver_not_desired(rule: Rule, snap: HostSnapshot, ctx: RuleContext) -> Iterable[CheckResult]:
     """The host's driver is not the version the site policy or inventory asks for.
 
     Checks: the driver version against ``desired_driver_version`` (policy or host_data).
-    Silent when no version is desired or the driver version is unknown (GA101 covers that).
+    Silent when no version is desired; not evaluated when the driver version is unknown (GA101
+    covers that).
     Why: images and CUDA runtimes are built and tested for one driver; "CUDA driver version is
     insufficient" is a common failure on hosts left behind, and mixed drivers make incidents
     hard to compare.
@@ -290,6 +340,8 @@ def driver_not_desired(rule: Rule, snap: HostSnapshot, ctx: RuleContext) -> Iter
     """
     desired = ctx.settings_for(snap).get("desired_driver_version")
     installed = host_driver_version(snap)
+    if desired and not installed:
+        yield NotEvaluated(DRIVER_VERSION.missing(snap) or "no driver version")
     if not desired or not installed or str(desired) == installed:
         return
     yield rule.finding(

@@ -6,6 +6,7 @@ from collections.abc import Iterable
 
 from gpuaudit.model.snapshot import HostSnapshot
 from gpuaudit.rules import refs
+from gpuaudit.rules.audit import DEVICE_NODES, SYSCTLS
 from gpuaudit.rules.base import Evidence, Finding, Owner, Rule, RuleContext, Severity, rule
 from gpuaudit.rules.evidence import section_excerpt
 
@@ -34,6 +35,7 @@ def _as_int(raw: str | None) -> int | None:
     "GA601",
     "Kernel network buffer sysctl below baseline",
     category="system",
+    needs=(SYSCTLS,),
     owner=Owner.INFRA,
     severity=Severity.MEDIUM,
     likelihood=3,
@@ -93,6 +95,7 @@ def sysctl_baseline(rule: Rule, snap: HostSnapshot, ctx: RuleContext) -> Iterabl
     "GA602",
     "World-writable GPU device nodes",
     category="system",
+    needs=(DEVICE_NODES,),
     owner=Owner.INFRA,
     severity=Severity.LOW,
     likelihood=3,

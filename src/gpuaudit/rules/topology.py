@@ -6,6 +6,7 @@ from collections.abc import Iterable
 
 from gpuaudit.model.snapshot import Gpu, HostSnapshot
 from gpuaudit.rules import refs
+from gpuaudit.rules.audit import GPU_LIST
 from gpuaudit.rules.base import Evidence, Finding, Owner, Rule, RuleContext, Severity, rule
 from gpuaudit.rules.evidence import gpu_label, gpu_xml_excerpt
 
@@ -28,6 +29,8 @@ def _link_excerpt(snap: HostSnapshot, gpu: Gpu) -> str:
     "GA501",
     "PCIe link narrower than the GPU supports",
     category="topology",
+    needs=(GPU_LIST,),
+    per_gpu=True,
     owner=Owner.INFRA,
     severity=Severity.MEDIUM,
     likelihood=4,
@@ -69,6 +72,8 @@ def pcie_width(rule: Rule, snap: HostSnapshot, ctx: RuleContext) -> Iterable[Fin
     "GA502",
     "PCIe link generation below max under load",
     category="topology",
+    needs=(GPU_LIST,),
+    per_gpu=True,
     owner=Owner.INFRA,
     severity=Severity.MEDIUM,
     likelihood=3,
@@ -115,6 +120,8 @@ def pcie_generation(rule: Rule, snap: HostSnapshot, ctx: RuleContext) -> Iterabl
     "GA503",
     "PCIe replay counter high",
     category="topology",
+    needs=(GPU_LIST,),
+    per_gpu=True,
     owner=Owner.INFRA,
     severity=Severity.MEDIUM,
     likelihood=3,

@@ -13,6 +13,7 @@ from collections.abc import Iterable
 from gpuaudit.model.pci import nvidia_gpus_on_bus, unmatched_bus_ids
 from gpuaudit.model.snapshot import Gpu, HostSnapshot, HostStatus
 from gpuaudit.rules import refs
+from gpuaudit.rules.audit import GPU_LIST, PCI_BUS
 from gpuaudit.rules.base import Evidence, Finding, Owner, Rule, RuleContext, Severity, rule
 from gpuaudit.rules.evidence import section_excerpt
 
@@ -21,6 +22,7 @@ from gpuaudit.rules.evidence import section_excerpt
     "GA102",
     "Fewer GPUs visible than expected",
     category="software",
+    needs=(GPU_LIST,),
     owner=Owner.INFRA,
     severity=Severity.HIGH,
     likelihood=4,
@@ -38,9 +40,9 @@ def gpu_count(rule: Rule, snap: HostSnapshot, ctx: RuleContext) -> Iterable[Find
 
     Checks: the number of GPUs nvidia-smi lists against ``expected_gpu_count`` (inventory
     host_data or policy); with no expectation set, the NVIDIA GPUs nvidia-smi lists against the
-    ones lspci lists on the PCI bus. Silent when the driver does not answer, the GPU tool is
-    missing or nvidia-smi's XML could not be read (GA101 / GA104 / GA002 report those; a count
-    would repeat them).
+    ones lspci lists on the PCI bus. Not evaluated, without a finding, when the driver does not
+    answer, the GPU tool is missing or nvidia-smi's XML could not be read (GA101 / GA104 / GA002
+    report those; a count would repeat them).
     Why: a GPU that fell off the bus or failed to initialise is lost capacity and often a
     hardware fault; jobs sized for the full host fail to schedule.
     Evidence: expected and visible counts, and how many NVIDIA GPUs lspci sees (on the bus but
@@ -49,7 +51,8 @@ def gpu_count(rule: Rule, snap: HostSnapshot, ctx: RuleContext) -> Iterable[Find
     """
     if snap.status in (HostStatus.DRIVER_NOT_RESPONDING, HostStatus.NO_GPU_TOOLING):
         return
-    if snap.tools.get("nvidia-smi") is False or _xml_unread(snap):
+    # Without nvidia-smi the GPUs may still be listed (rocm-smi, NVML): count those.
+    if not snap.gpus and (snap.tools.get("nvidia-smi") is False or _xml_unread(snap)):
         return
     bus = nvidia_gpus_on_bus(snap.sections, snap.pci_devices)
     on_bus = None if bus is None else len(bus)
@@ -93,6 +96,7 @@ def gpu_count(rule: Rule, snap: HostSnapshot, ctx: RuleContext) -> Iterable[Find
     "GA108",
     "GPUs missing from the PCI bus listing",
     category="software",
+    needs=(GPU_LIST, PCI_BUS),
     owner=Owner.INFRA,
     severity=Severity.MEDIUM,
     likelihood=3,

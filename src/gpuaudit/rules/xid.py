@@ -8,6 +8,7 @@ from typing import Any
 
 from gpuaudit.model.snapshot import HostSnapshot, XidEvent
 from gpuaudit.rules import refs
+from gpuaudit.rules.audit import KERNEL_LOG
 from gpuaudit.rules.base import Evidence, Finding, Owner, Rule, RuleContext, Severity, rule
 from gpuaudit.rules.xid_catalog import (
     ACTION_SCORE,
@@ -36,6 +37,7 @@ class _Verdict:
     "GA301",
     "XID errors in the kernel log",
     category="health",
+    needs=(KERNEL_LOG,),
     owner=Owner.INFRA,
     severity=Severity.HIGH,
     likelihood=4,
@@ -117,6 +119,7 @@ def xid_errors(rule: Rule, snap: HostSnapshot, ctx: RuleContext) -> Iterable[Fin
     "GA302",
     "NVSwitch SXid errors in the kernel log",
     category="health",
+    needs=(KERNEL_LOG,),
     owner=Owner.INFRA,
     severity=Severity.HIGH,
     likelihood=3,

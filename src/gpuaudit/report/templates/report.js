@@ -75,13 +75,23 @@ function findingShown(r, i, f) {
   return !f.q || riskText(r).indexOf(f.q) !== -1 || findingText(i).indexOf(f.q) !== -1;
 }
 
+// What the search finds a host by besides its findings: its name and summary, and each GPU's
+// UUID, serial, bus id and name (a UUID or serial from a ticket finds its host).
+var gpuAt = {};
+data.gpu_columns.forEach(function (name, i) { gpuAt[name] = i; });
 var hostTexts = [];
+function hostText(h) {
+  var parts = [h.name, h.gpu_models, h.driver, h.status, h.status_detail];
+  h.gpus.forEach(function (g) {
+    parts.push(g[gpuAt.uuid], g[gpuAt.serial], g[gpuAt.bus], g[gpuAt.name]);
+  });
+  h.xid.incidents.forEach(function (i) { parts.push(i.what); });
+  return haystack(parts);
+}
 function hostMatches(h, f) {
   if (f.host && !has(h.name, f.host)) { return false; }
   if (!f.q) { return true; }
-  if (hostTexts[h.position] === undefined) {
-    hostTexts[h.position] = haystack([h.name, h.gpu_models, h.driver, h.status, h.status_detail]);
-  }
+  if (hostTexts[h.position] === undefined) { hostTexts[h.position] = hostText(h); }
   return hostTexts[h.position].indexOf(f.q) !== -1 ||
     h.findings.some(function (i) { return findingText(i).indexOf(f.q) !== -1; });
 }
@@ -182,6 +192,33 @@ function apply() {
       plural(hostSections.length, "host") :
       "Showing " + hostsShown + " of " + plural(hostSections.length, "host");
   }
+  shownCounts = {risks: shown, hosts: hostsShown};
+  writePrintNote(f);
+}
+
+// The printed header names the filters, so a filtered print cannot pass for the whole register.
+var printNote = document.getElementById("print-filters");
+var summaryOnly = document.getElementById("print-summary-only");
+var shownCounts = {risks: 0, hosts: 0};
+function writePrintNote(f) {
+  var parts = [];
+  var severities = SEVERITIES.filter(function (s) { return f.severity[s] !== false; });
+  if (severities.length < SEVERITIES.length) {
+    parts.push("severity " + (severities.join(", ") || "none"));
+  }
+  ["status", "category", "owner", "rule"].forEach(function (name) {
+    if (f[name]) { parts.push(name + " " + f[name]); }
+  });
+  if (f.host) { parts.push("host contains \u201c" + form.elements.host.value.trim() + "\u201d"); }
+  if (f.q) { parts.push("search \u201c" + form.elements.q.value.trim() + "\u201d"); }
+  var text = parts.length ? "Filtered: " + parts.join("; ") + ". Shown: " + shownCounts.risks +
+    " of " + plural(groups.length, "risk") + ", " + shownCounts.hosts + " of " +
+    plural(hostSections.length, "host") + "." :
+    "No filters: every risk and host of the register is shown.";
+  if (summaryOnly && summaryOnly.checked) {
+    text += " Summary only: findings and host details are left out (register.json holds them).";
+  }
+  printNote.textContent = text;
 }
 
 var sortState = {key: "severity", desc: true};
@@ -229,11 +266,17 @@ function reveal(hash) {
 
 // Printing shows everything the filters leave visible: every shown risk with all its findings,
 // every shown host section and every excerpt, put back as they were afterwards.
+// "Print summary only" prints the summaries and one row per risk, and draws nothing more.
 var printed = null;
 function beforePrint() {
   if (printed) { return; }
   var f = readFilters();
   printed = {risks: [], details: []};
+  writePrintNote(f);
+  if (summaryOnly && summaryOnly.checked) {
+    document.body.classList.add("print-summary");
+    return;
+  }
   groups.forEach(function (group) {
     if (group.classList.contains("filtered-out")) { return; }
     if (!group.classList.contains("open")) { printed.risks.push(group); }
@@ -253,6 +296,7 @@ function beforePrint() {
 }
 function afterPrint() {
   if (!printed) { return; }
+  document.body.classList.remove("print-summary");
   printed.details.forEach(function (details) { details.open = false; });
   printed.risks.forEach(function (group) { setOpen(group, false); });
   groups.forEach(function (group) {
@@ -315,6 +359,7 @@ document.addEventListener("click", function (event) {
   if (a) { reveal(a.getAttribute("href")); }
 });
 window.addEventListener("hashchange", function () { reveal(location.hash); });
+summaryOnly.addEventListener("change", function () { writePrintNote(readFilters()); });
 window.addEventListener("beforeprint", beforePrint);
 window.addEventListener("afterprint", afterPrint);
 document.getElementById("print-button").addEventListener("click", function () {

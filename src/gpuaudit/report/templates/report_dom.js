@@ -4,7 +4,8 @@
 // fixed lists, never from the data.
 var SEVERITIES = ["critical", "high", "medium", "low", "info"];
 var STATUSES = ["ok", "degraded", "driver_not_responding", "no_gpu_tooling",
-  "collection_failed", "timed_out", "auth_failed", "unreachable"];
+  "collection_failed", "timed_out", "auth_failed", "unreachable",
+  "not_audited"];
 var RISK_STATUSES = ["open", "waived", "resolved"];
 var DASH = "\u2014";
 
@@ -78,6 +79,23 @@ function cellNode(cell) {
 
 function scroller(node) {
   return add(el("div", "scroll"), node);
+}
+
+// Text with each `backtick pair` as a <code> element, read as report/html.py code_spans()
+// reads the text it writes into the page; every piece goes in as text.
+var CODE_SPAN = /`([^`\n]+)`/g;
+function codeText(text) {
+  var source = text === null || text === undefined ? "" : String(text);
+  var fragment = document.createDocumentFragment();
+  var last = 0;
+  var match;
+  CODE_SPAN.lastIndex = 0;
+  while ((match = CODE_SPAN.exec(source)) !== null) {
+    add(fragment, source.slice(last, match.index) || null, el("code", null, match[1]));
+    last = CODE_SPAN.lastIndex;
+  }
+  add(fragment, source.slice(last) || null);
+  return fragment;
 }
 
 function excerpt(label, text) {

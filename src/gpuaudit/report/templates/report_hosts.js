@@ -1,5 +1,9 @@
-// Drawing one host's section and one finding row from the page data (report/views.py
-// decides what each value says; this only lays it out).
+// Drawing one host's section and one finding row from the page data (report/views.py and
+// report/xid_timeline.py decide what each value says; this only lays it out). Parts most hosts
+// share (topology, NVLink, packages, services, sysctls, device nodes) are indices into
+// data.shared.
+
+var GPU_STATUSES = ["ok", "attention", "error"];
 
 function gpuTable(host, columns) {
   var at = {};
@@ -7,23 +11,91 @@ function gpuTable(host, columns) {
   var rows = host.gpus.map(function (g) {
     var name = add(el("div"), g[at.name]);
     if (g[at.uuid]) { add(name, el("div", "muted small code", g[at.uuid])); }
-    var status = add(el("div"), g[at.status]);
+    var status = add(el("div"),
+      el("span", "gpu-status gs-" + allowed(g[at.status], GPU_STATUSES), g[at.status]));
     if (g[at.status_detail]) { add(status, el("div", "small wrap", g[at.status_detail])); }
-    if (g[at.recovery]) { add(status, el("div", "small warn", g[at.recovery])); }
+    if (g[at.problems].length) {
+      var problems = status.appendChild(el("ul", "plain small warn"));
+      g[at.problems].forEach(function (text) { add(problems, el("li", null, text)); });
+    }
+    // Status next to the name: the table is wide, and what needs a person comes first.
     return [
-      {text: g[at.index], cls: "num"}, name, {text: g[at.bus], cls: "code"},
-      {text: g[at.vbios], cls: "code"}, {text: g[at.memory], cls: "num"},
+      {text: g[at.index], cls: "num"}, name, status, {text: g[at.serial], cls: "code"},
+      {text: g[at.bus], cls: "code"}, {text: g[at.vbios], cls: "code"},
+      {text: g[at.inforom], cls: "code"}, {text: g[at.memory], cls: "num"},
       {text: g[at.temperature], cls: "num"}, {text: g[at.power], cls: "num"}, g[at.pcie_gen],
       {text: g[at.pcie_width], cls: g[at.pcie_width_down] ? "warn" : ""}, g[at.mig],
-      g[at.persistence], {text: g[at.ecc], cls: "small"}, status
+      g[at.persistence], {text: g[at.ecc], cls: "small"}
     ];
   });
-  var t = table("gpus", ["#", "Name", "Bus id", "VBIOS", "Memory", "Temp", "Power draw/limit",
-    "PCIe gen cur/max", "PCIe width cur/max", "MIG", "Persistence", "ECC / remap", "Status"], rows);
+  var t = table("gpus", ["#", "Name", "Status", "Serial", "Bus id", "VBIOS", "InfoROM", "Memory",
+    "Temp", "Power draw/limit", "PCIe gen cur/max", "PCIe width cur/max", "MIG", "Persistence",
+    "ECC / remap"], rows);
   host.gpus.forEach(function (g, i) {
     if (g[at.attention]) { t.tBodies[0].rows[i].className = "attention"; }
   });
   return t;
+}
+
+function errorCount(value) {
+  return {text: value, cls: value > 0 ? "num warn" : "num"};
+}
+
+// Every link of every GPU; the table starts open when a link is down or counts errors.
+function nvlinkBlock(nv) {
+  var rows = nv.rows.map(function (r) {
+    var state = r[2] === "active" ? "" : (r[2] === DASH ? "muted" : "warn");
+    return [{text: r[0], cls: "num"}, {text: r[1], cls: "num"}, {text: r[2], cls: state},
+      r[3], errorCount(r[4]), errorCount(r[5]), errorCount(r[6]), {text: r[7], cls: "small"}];
+  });
+  var details = add(el("details", "nvlink"), el("summary", null, nv.summary),
+    scroller(table("nvlink-links", ["GPU", "Link", "State", "Speed", "Replay errors",
+      "Recovery errors", "CRC errors", "Other counters"], rows)));
+  details.open = nv.problem;
+  return add(el("div"), el("h4", null, "NVLink"), details);
+}
+
+// Driver packages and holds, services, sysctls and device nodes, side by side.
+function systemBlock(host, shared) {
+  var parts = [];
+  var packages = host.packages === null ? null : shared.packages[host.packages];
+  if (packages) {
+    var held = packages.filter(function (p) { return p[2]; }).length;
+    parts.push([
+      "Driver packages (" + packages.length + ", " + held + " held)", "packages",
+      ["Package", "Version", "Hold"],
+      packages.map(function (p) {
+        return [{text: p[0], cls: "code"}, {text: p[1], cls: "code"},
+          p[2] ? "held" : {text: "not held", cls: "muted"}];
+      })
+    ]);
+  }
+  if (host.services !== null) {
+    parts.push(["Services", "services", ["Service", "Active", "Enabled"],
+      shared.services[host.services].map(function (s) {
+        var state = s[1] === "active" ? "good" : (s[1] === "failed" ? "bad" : "muted");
+        return [{text: s[0], cls: "code"}, {text: s[1], cls: state}, s[2]];
+      })]);
+  }
+  if (host.sysctls !== null) {
+    parts.push(["Sysctls", "sysctls", ["Key", "Value"],
+      shared.sysctls[host.sysctls].map(function (pair) {
+        return [{text: pair[0], cls: "code"}, {text: pair[1], cls: "code"}];
+      })]);
+  }
+  if (host.device_nodes !== null) {
+    parts.push(["Device nodes", "device-nodes", ["Path", "Mode", "Owner", "Group"],
+      shared.device_nodes[host.device_nodes].map(function (d) {
+        return [{text: d[0], cls: "code"}, {text: d[1], cls: "code"}, d[2], d[3]];
+      })]);
+  }
+  if (!parts.length) { return null; }
+  var grid = el("div", "system-grid");
+  parts.forEach(function (part) {
+    add(grid, add(el("div"), el("h4", null, part[0]),
+      scroller(table("compact " + part[1], part[2], part[3]))));
+  });
+  return grid;
 }
 
 function topologyBlock(topo) {
@@ -49,21 +121,23 @@ function topologyBlock(topo) {
 }
 
 function xidBlock(xid) {
-  var block = add(el("div"), el("h4", null, "XID timeline (" + plural(xid.total, "event") + ")"));
-  var counts = block.appendChild(el("p", "small"));
-  xid.summary.forEach(function (e) {
-    add(counts, el("span", "xid-count",
-      e.kind + " " + e.code + " \u00d7 " + e.count + " (" + e.gpus + ")"));
+  var incidents = xid.incidents.length + xid.omitted;
+  var block = add(el("div"), el("h4", null, "XID incidents (" + plural(xid.total, "event") +
+    " in " + plural(incidents, "incident") + ")"));
+  var rows = xid.incidents.map(function (i) {
+    return [{text: i.what, cls: "nowrap"}, {text: i.gpu, cls: "nowrap"},
+      {text: i.count, cls: "num"}, {text: i.first_seen, cls: "nowrap"},
+      {text: i.last_seen, cls: "nowrap"}, {text: i.message, cls: "wrap"},
+      {node: excerpt(i.count === 1 ? "log line" : plural(i.count, "log line"), i.raw)}];
   });
+  add(block, scroller(table("xid", ["XID", "GPU", "Count", "First seen", "Last seen",
+    "First message", "Raw"], rows)));
   if (xid.omitted) {
-    add(block, el("p", "small muted",
-      xid.omitted + " earlier events not shown; the counts above include them."));
+    add(block, el("p", "small muted", plural(xid.omitted, "more incident") +
+      " not listed; the host's snapshot keeps every event."));
   }
-  var rows = xid.events.map(function (e) {
-    return [{text: e.timestamp, cls: "code nowrap"}, e.kind, {text: e.code, cls: "num"}, e.gpu,
-      {text: e.message, cls: "wrap", title: e.raw}];
-  });
-  return add(block, scroller(table("xid", ["Time", "Kind", "Code", "GPU", "Message"], rows)));
+  xid.notes.forEach(function (note) { add(block, el("p", "small muted", note)); });
+  return block;
 }
 
 function hostFindings(host, data, riskOf) {
@@ -71,7 +145,7 @@ function hostFindings(host, data, riskOf) {
     var f = data.findings[i];
     var risk = data.risks[riskOf[i]];
     var rule = risk ? link("#risk-" + risk.index, risk.id, "risk-link code") : f.rule;
-    var message = add(el("div", "wrap"), f.message);
+    var message = add(el("div", "wrap"), codeText(f.message));
     if (f.override_reason) {
       add(message, el("div", "small muted", "severity set by site policy: " + f.override_reason));
     }
@@ -118,7 +192,9 @@ function renderHostBody(host, data, riskOf) {
   } else if (host.status === "ok") {
     add(body, el("p", "muted", "No GPUs reported."));
   }
-  if (host.topology !== null) { add(body, topologyBlock(data.topologies[host.topology])); }
+  if (host.nvlink !== null) { add(body, nvlinkBlock(data.shared.nvlink[host.nvlink])); }
+  if (host.topology !== null) { add(body, topologyBlock(data.shared.topology[host.topology])); }
+  add(body, systemBlock(host, data.shared));
   if (host.xid.total) { add(body, xidBlock(host.xid)); }
   if (host.kernel_log_truncated) {
     add(body, el("p", "small warn",
@@ -151,7 +227,7 @@ function findingRow(f, i, data, hostIndex) {
     link("#" + data.hosts[h].anchor, f.host, "host-link");
   var gpu = f.gpu === null || f.gpu === undefined ? DASH :
     add(el("div"), "GPU " + f.gpu, f.gpu_name ? el("div", "muted small", f.gpu_name) : null);
-  var message = add(el("div", "wrap"), f.message);
+  var message = add(el("div", "wrap"), codeText(f.message));
   if (f.override_reason) {
     add(message, el("div", "small muted", "severity set by site policy: " + f.override_reason));
   }

@@ -1,0 +1,101 @@
+"""junit.xml reads the rules' outcomes: info informs, disabled and not evaluated are skipped
+with their reason, and only risks fail."""
+
+from __future__ import annotations
+
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+from demo_run import demo_report, junit_cases
+from report_factories import GENERATED_AT, finding, healthy_host
+
+from gpuaudit.policy import Policy
+from gpuaudit.report.junit import render_junit
+from gpuaudit.report.register import build_register
+from gpuaudit.rules.base import Outcome, RuleOutcome, Severity
+
+HEALTHY = ("@sim/a100-hgx-01", "@sim/v100-01", "@sim/t4-01", "@sim/mi100-01")
+
+
+def test_healthy_demo_hosts_have_no_failure(tmp_path: Path) -> None:
+    run = demo_report(tmp_path / "run")
+    root = ET.parse(run.path / "junit.xml").getroot()
+    suites = {s.get("name"): s for s in root.findall("testsuite")}
+    cases = junit_cases(run)
+    for host in HEALTHY:
+        assert suites[host].get("failures") == "0", host
+        assert not suites[host].findall("testcase/failure"), host
+        # GA801 (the model sizes that fit) is information: a passing testcase that says it.
+        sizes = cases[host]["GA801"]
+        assert sizes.find("failure") is None and sizes.find("skipped") is None
+        assert "informational findings (not risks)" in (sizes.findtext("system-out") or "")
+    # Every testcase of a healthy NVIDIA host passed: each of its rules looked.
+    a100 = cases["@sim/a100-hgx-01"]
+    assert len(a100) > 40 and not suites["@sim/a100-hgx-01"].findall("testcase/skipped")
+
+
+def test_sick_demo_hosts_fail_and_blind_spots_are_skipped_with_why(tmp_path: Path) -> None:
+    run = demo_report(tmp_path / "run")
+    cases = junit_cases(run)
+    dead = cases["@sim/v100-02"]
+    failure = dead["GA101"].find("failure")
+    assert failure is not None and failure.get("type") == "critical"
+    # The driver does not answer: the GPU rules could not look, and say why.
+    skipped = dead["GA303"].find("skipped")
+    assert skipped is not None
+    message = skipped.get("message") or ""
+    assert message.startswith("not evaluated: no GPU list: the nvidia_smi_xml section failed")
+    assert "couldn't communicate with the NVIDIA driver" in message
+    assert dead["GA303"].find("failure") is None
+    # An unreachable host: every rule is listed, skipped, none passed.
+    gone = cases["@sim/a10g-02"]
+    assert gone["GA001"].find("failure") is not None
+    assert len(gone) > 40
+    for code, case in gone.items():
+        if code not in ("GA001", "GA000"):
+            assert case.find("skipped") is not None, code
+    # On a10g-01 the XID 13 storm fails; the XID 43 the site policy lowered to info informs.
+    xids = cases["@sim/a10g-01"]["GA301"]
+    storm = xids.find("failure")
+    assert storm is not None and (storm.get("message") or "").startswith("1 open finding(s)")
+    assert "XID 13" in (storm.text or "") and "XID 43" not in (storm.text or "")
+    assert "XID 43" in (xids.findtext("system-out") or "")
+
+
+def test_rule_disabled_for_a_group_is_skipped_not_passed(tmp_path: Path) -> None:
+    policy = Policy.from_text(
+        "version: 1\ngroups:\n  tesla_p100:\n    disabled_rules: [GA602]\n", "lab-policy.yaml"
+    )
+    cases = junit_cases(demo_report(tmp_path / "run", policy))
+    off = cases["@sim/p100-01"]["GA602"]
+    skipped = off.find("skipped")
+    assert skipped is not None and off.find("failure") is None
+    assert skipped.get("message") == (
+        "disabled by policy: disabled_rules of the site policy lab-policy.yaml (group tesla_p100)"
+    )
+    # Other hosts still run it.
+    on = cases["@sim/t4-01"]["GA602"]
+    assert on.find("skipped") is None and on.find("failure") is None
+
+
+def test_info_findings_never_fail_even_without_a_threshold() -> None:
+    findings = [
+        finding("GA801", Severity.INFO, "h1", gpu_index=None, message="70B fits at fp8"),
+        finding("GA304", Severity.HIGH, "h1"),
+    ]
+    outcomes = [
+        RuleOutcome("GA801", "h1", Outcome.FAIL, findings=1),
+        RuleOutcome("GA304", "h1", Outcome.FAIL, findings=1),
+        RuleOutcome("GA303", "h1", Outcome.PASS),
+    ]
+    register = build_register(
+        [healthy_host("h1")], findings, generated_at=GENERATED_AT, outcomes=outcomes
+    )
+    root = ET.fromstring(render_junit(register))
+    cases = {c.get("name", "").split()[0]: c for c in root.iter("testcase")}
+    assert set(cases) == {"GA303", "GA304", "GA801"}
+    assert cases["GA801"].find("failure") is None
+    assert "70B fits at fp8" in (cases["GA801"].findtext("system-out") or "")
+    assert cases["GA304"].find("failure") is not None
+    assert cases["GA303"].get("name") == "GA303 Uncorrectable ECC errors"  # the catalogue's title
+    assert (root.get("tests"), root.get("failures"), root.get("skipped")) == ("3", "1", "0")
