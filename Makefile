@@ -45,6 +45,7 @@ lint: $(STAMP)
 	$(BIN)/ruff check src tests deploys inventory benchmarks
 	$(BIN)/ruff format --check src tests deploys inventory benchmarks
 	$(BIN)/mypy
+	$(BIN)/lint-imports
 
 fmt: $(STAMP)
 	$(BIN)/ruff format src tests deploys inventory benchmarks

@@ -31,7 +31,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from synthetic_fleet import synthetic_fleet
 
-from gpuaudit.report.run import RunDir, rebuild
+from gpuaudit.pipeline import rebuild
+from gpuaudit.report.run import RunDir
 
 T = TypeVar("T")
 

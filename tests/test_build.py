@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from gpuaudit.model import build
-from gpuaudit.model.build import build_snapshot, failed_snapshot, unreachable_snapshot
+from gpuaudit.assemble import build
+from gpuaudit.assemble.build import build_snapshot, failed_snapshot, unreachable_snapshot
 from gpuaudit.model.snapshot import HostSnapshot, HostStatus, Section
 from gpuaudit.parsers.bundle import Bundle
 

@@ -9,14 +9,16 @@ import sys
 
 CORE = (
     "gpuaudit.parsers.bundle",
-    "gpuaudit.model.build",
+    "gpuaudit.assemble.build",
     "gpuaudit.rules",
     "gpuaudit.policy",
     "gpuaudit.report.run",
+    "gpuaudit.report.renderers",
+    "gpuaudit.pipeline",
     "gpuaudit.offline",
     "gpuaudit.inspect",
     "gpuaudit.upgrade",
-    "gpuaudit.upgrade.settings",
+    "gpuaudit.policy.upgrade",
     "gpuaudit.upgrade.plan",
     "gpuaudit.upgrade.gates",
     "gpuaudit.upgrade.journal",

@@ -50,19 +50,20 @@ from pyinfra.api.state import State
 from pyinfra.context import ctx_state
 from pyinfra.operations import python
 
+from gpuaudit.assemble.build import build_snapshot, failed_snapshot
 from gpuaudit.collect import new_nonce
 from gpuaudit.facts.gpu import GpuAuditSections
-from gpuaudit.model.build import build_snapshot, failed_snapshot
 from gpuaudit.model.status import (
     connection_failed_snapshot,
     not_audited_snapshot,
     timed_out_snapshot,
 )
 from gpuaudit.parsers.bundle import Bundle
+from gpuaudit.pipeline import write_report
 from gpuaudit.policy import Policy, PolicyError, load_policy
+from gpuaudit.policy.defaults import policy_keys
 from gpuaudit.report.provenance import pyinfra_scope, record_provenance
 from gpuaudit.report.run import RunDir, RunEnd, new_run_dir, os_error_text
-from gpuaudit.rules.policy_defaults import policy_keys
 
 # Inventory data copied into snapshots. Only these keys: host data also holds connection
 # settings (ssh_password, keys) that must never reach a report.
@@ -95,7 +96,7 @@ _policies: dict[int, Policy | None] = {}
 
 def host_data_for_snapshot(h: Host) -> dict[str, Any]:
     """The inventory data the rules and the remediation read for a host: the keys above, every
-    policy setting the host's data sets (see rules.policy_defaults), and its groups."""
+    policy setting the host's data sets (see policy.defaults), and its groups."""
     keys = (*HOST_DATA_KEYS, *policy_keys())
     data: dict[str, Any] = {key: h.data.get(key) for key in keys if h.data.get(key) is not None}
     data["groups"] = sorted(g for g in h.groups if g != "all")
@@ -300,7 +301,8 @@ def write_run_register(run: RunDir, policy: Policy | None) -> Path:
     """Write the register and its views from the run's snapshots; return index.html."""
     record_provenance(run.path, pyinfra_scope(), policy)  # inventory, --limit, who, versions
     # Set by `gpuaudit audit --previous/--fail-on`; unset, trends use the newest earlier run.
-    return run.write_report(
+    return write_report(
+        run,
         run.load_snapshots(),
         policy=policy,
         previous=os.environ.get("GPUAUDIT_PREVIOUS") or None,

@@ -18,14 +18,14 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from gpuaudit.model.build import build_snapshot
+from gpuaudit.assemble.build import build_snapshot
 from gpuaudit.model.jsonable import to_jsonable as model_to_jsonable
 from gpuaudit.model.snapshot import HostSnapshot
 from gpuaudit.parsers.amd_smi import parse_amd_smi_json
 from gpuaudit.parsers.bundle import parse_bundle_text
 from gpuaudit.parsers.errors import ParseError
 from gpuaudit.parsers.kernel_log import parse_kernel_log
-from gpuaudit.parsers.limits import INPUT_BYTES, utf8_prefix
+from gpuaudit.parsers.limits import INPUT_BYTES, read_start
 from gpuaudit.parsers.mig import (
     parse_mig_created,
     parse_mig_instances,
@@ -209,7 +209,7 @@ def inspect_file(path: str | Path, max_bytes: int = INPUT_BYTES) -> dict[str, An
     was read."""
     name = str(path)
     try:
-        raw, cut = _read_start(Path(path), max_bytes)
+        raw, cut = read_start(Path(path), max_bytes)
     except OSError as exc:
         return {"file": name, "kind": UNKNOWN, "error": f"cannot read: {exc.strerror or exc}"}
     text = raw.decode("utf-8", errors="replace")
@@ -222,16 +222,6 @@ def inspect_file(path: str | Path, max_bytes: int = INPUT_BYTES) -> dict[str, An
     except Exception as exc:  # a parser bug must cost one file, not the whole listing
         return {**result, "kind": UNKNOWN, "error": _with_cut(f"{type(exc).__name__}: {exc}", cut)}
     return {**result, "kind": kind, "parsed": parsed}
-
-
-def _read_start(path: Path, max_bytes: int) -> tuple[bytes, int]:
-    """The first ``max_bytes`` of the file, and where it was cut (0: it was read whole)."""
-    with path.open("rb") as handle:
-        raw = handle.read(max_bytes)
-        if not handle.read(1):
-            return raw, 0
-    raw = utf8_prefix(raw)
-    return raw, len(raw)
 
 
 def _with_cut(error: str, cut: int) -> str:

@@ -14,14 +14,16 @@ snapshot builder), so the register it gives is the register an SSH audit of the 
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from gpuaudit.model.build import build_snapshot, failed_snapshot
+from gpuaudit.assemble.build import build_snapshot, failed_snapshot
 from gpuaudit.model.snapshot import HostSnapshot
 from gpuaudit.parsers.bundle import parse_bundle_text
+from gpuaudit.parsers.limits import INPUT_BYTES, read_start
 from gpuaudit.parsers.system import parse_meta
 
 BUNDLE_SUFFIXES = (".bundle", ".txt", ".out")
@@ -43,10 +45,14 @@ def snapshot_from_bundle(
     """Build the snapshot of one bundle file; an unreadable file is a failed host, not a crash."""
     name = host or host_name_for(path)
     try:
-        raw = path.read_bytes()
+        raw, cut = read_start(path, INPUT_BYTES)
     except OSError as error:
         return failed_snapshot(name, f"bundle {path} could not be read: {error}")
     bundle = parse_bundle_text(raw.decode("utf-8", "replace"))
+    if cut:
+        # A bundle larger than any collector writes: only its start is read, and it says so.
+        note = f"bundle file larger than {cut} bytes: only its first {cut} bytes were read"
+        bundle = dataclasses.replace(bundle, problems=(*bundle.problems, note))
     if not bundle.sections:
         problem = "; ".join(bundle.problems) or "no sections"
         return failed_snapshot(name, f"bundle {path.name} is not collector output: {problem}")

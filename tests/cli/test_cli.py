@@ -39,7 +39,7 @@ def test_collect_script_runs_offline_and_makes_its_own_nonce(
 
 
 def test_report_rebuilds_a_run(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    from gpuaudit.model.build import unreachable_snapshot
+    from gpuaudit.assemble.build import unreachable_snapshot
     from gpuaudit.report.run import new_run_dir
 
     run = new_run_dir(tmp_path, "r1")

@@ -86,3 +86,27 @@ def test_report_needs_a_run_dir_or_bundles() -> None:
     result = _gpuaudit("report")
     assert result.returncode == 2
     assert "either a run directory or --bundle" in result.stderr
+
+
+def test_a_bundle_file_larger_than_any_collector_writes_is_read_only_in_part(
+    tmp_path: Path,
+) -> None:
+    from gpuaudit.offline import snapshot_from_bundle
+    from gpuaudit.parsers.limits import INPUT_BYTES
+
+    script = _gpuaudit("collect-script")
+    collect = tmp_path / "collect.sh"
+    collect.write_text(script.stdout)
+    host = materialize("t4-02", "t4-02", tmp_path / "sim")
+    real = subprocess.run(
+        ["sh", str(collect)], env=host.env(), capture_output=True, check=True
+    ).stdout
+    # The real bundle, then gigabytes of nothing (a sparse file: no disk is spent on them).
+    huge = tmp_path / "t4-02.bundle"
+    with huge.open("wb") as out:
+        out.write(real[: len(real) // 2])
+        out.truncate(4 * 1024**3)
+    snapshot = snapshot_from_bundle(huge)
+    assert snapshot.host == "t4-02"
+    said = json.dumps(snapshot.to_dict())
+    assert f"only its first {INPUT_BYTES} bytes were read" in said

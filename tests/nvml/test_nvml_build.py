@@ -8,7 +8,7 @@ from typing import Any
 
 from nvml_fakes import FIXTURES, fake_host, run_probe, xml_log
 
-from gpuaudit.model.build import build_snapshot
+from gpuaudit.assemble.build import build_snapshot
 from gpuaudit.model.snapshot import HostSnapshot, HostStatus, Section
 from gpuaudit.parsers.bundle import Bundle
 

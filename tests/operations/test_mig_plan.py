@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from gpuaudit.facts.mig import QUERY_FIELDS, MigState, read_mig_state
+from gpuaudit.model.mig_spec import read_mig_configs
 from gpuaudit.operations.mig_commands import plan_commands, verify_command
 from gpuaudit.operations.mig_models import resets_to_change_mode
 from gpuaudit.operations.mig_plan import (
@@ -21,7 +22,6 @@ from gpuaudit.operations.mig_plan import (
     format_gpus,
     plan_mig,
 )
-from gpuaudit.rules.mig_spec import read_mig_configs
 from gpuaudit.sim.nvidia_smi import DRIVER_NOT_LOADED
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from gpuaudit.model.build import build_snapshot
+from gpuaudit.assemble.build import build_snapshot
 from gpuaudit.model.snapshot import GpuNvLink, HostSnapshot, Section
 from gpuaudit.parsers.bundle import Bundle
 from gpuaudit.parsers.errors import ParseError

@@ -11,8 +11,9 @@ from policy_helpers import ROOT
 
 from gpuaudit.cli import main
 from gpuaudit.model.snapshot import DeviceNode
+from gpuaudit.pipeline import rebuild, write_report
 from gpuaudit.policy import POLICY_FILE, load_policy
-from gpuaudit.report.run import new_run_dir, rebuild
+from gpuaudit.report.run import new_run_dir
 from gpuaudit.rules import evaluate
 from gpuaudit.rules.base import Severity
 
@@ -81,7 +82,7 @@ def test_register_keeps_the_policy_and_rebuild_reuses_it(site: Path, fleet, tmp_
         run.write_snapshot(snap)
     policy = load_policy(site)
     policy.copy_to(run.path)
-    run.write_report(run.load_snapshots(), policy=policy, generated_at="2026-01-01T00:00:00Z")
+    write_report(run, run.load_snapshots(), policy=policy, generated_at="2026-01-01T00:00:00Z")
     first = json.loads(run.register_path.read_text())
     by_key = {(f["rule"], f["host"]): f for f in first["findings"]}
     assert by_key[("GA602", "gpu-l40s-001")]["status"] == "waived"

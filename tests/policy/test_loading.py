@@ -9,8 +9,8 @@ import pytest
 from policy_helpers import ROOT, parse, problems
 
 from gpuaudit.policy import PolicyError, load_policy
+from gpuaudit.policy.defaults import DEFAULT_POLICY
 from gpuaudit.rules.base import REGISTRY, Severity
-from gpuaudit.rules.policy_defaults import DEFAULT_POLICY
 
 BRIEF = """
 version: 1

@@ -9,7 +9,7 @@ from policy_helpers import ROOT, parse, problems
 
 import gpuaudit.policy
 from gpuaudit.policy import Policy, load_policy
-from gpuaudit.upgrade.settings import DrainSettings, GateSettings, UpgradeSettings
+from gpuaudit.policy.upgrade import DrainSettings, GateSettings, UpgradeSettings
 
 FULL = """
 upgrade:

@@ -8,6 +8,7 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 from typing import Any
 
+from gpuaudit.pipeline import write_report
 from gpuaudit.policy import Policy, load_policy
 from gpuaudit.report.run import RunDir
 
@@ -23,7 +24,8 @@ def demo_report(run_dir: Path, policy: Policy | None = None) -> RunDir:
     run = RunDir(run_dir)
     snapshots = RunDir(DEMO_SNAPSHOTS).load_snapshots()
     assert len(snapshots) == 17, "the committed demo run lost snapshots"
-    run.write_report(
+    write_report(
+        run,
         snapshots,
         policy=policy if policy is not None else load_policy(DEMO_POLICY),
         generated_at=GENERATED_AT,

@@ -17,7 +17,7 @@ from typing import Any
 
 from report_factories import EVIL, GENERATED_AT, finding, healthy_host, unreachable_host
 
-from gpuaudit.model.build import build_snapshot
+from gpuaudit.assemble.build import build_snapshot
 from gpuaudit.model.snapshot import HostSnapshot
 from gpuaudit.report.html import render_html
 from gpuaudit.report.register import build_register

@@ -11,6 +11,7 @@ from report_factories import GENERATED_AT, finding, healthy_host, unreachable_ho
 
 import gpuaudit.rules
 from gpuaudit.model.snapshot import HostStatus
+from gpuaudit.pipeline import write_report
 from gpuaudit.report.checklists import CHECKLISTS, NOT_CHECKED
 from gpuaudit.report.register import build_register
 from gpuaudit.report.run import RunDir
@@ -150,7 +151,7 @@ def test_host_without_gpu_tooling_does_not_score_100(tmp_path: Path) -> None:
         tools={"nvidia-smi": False, "rocm-smi": False, "amd-smi": False, "dmesg": True},
     )
     run = RunDir(tmp_path / "run")
-    run.write_report([bare], generated_at=GENERATED_AT)
+    write_report(run, [bare], generated_at=GENERATED_AT)
     host = register_of(run)["checklists"]["pre_production"]["hosts"]["bare-1"]
     assert host["score_pct"] is not None and host["score_pct"] < 50.0
     assert {"PP1", "PP2"} <= set(host["unknown_items"])

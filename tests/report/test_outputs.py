@@ -14,7 +14,8 @@ from typing import Any
 import pytest
 from report_factories import GENERATED_AT, finding, healthy_host, unreachable_host
 
-from gpuaudit.cli import print_summary
+from gpuaudit.audit_run import print_summary
+from gpuaudit.pipeline import write_report
 from gpuaudit.report.junit import render_junit
 from gpuaudit.report.outputs import (
     CSV_COLUMNS,
@@ -234,7 +235,7 @@ def test_terminal_summary_leaves_info_out_of_open_risks(
 
 def test_write_report_writes_every_view(tmp_path: Path, register: dict[str, Any]) -> None:
     run = RunDir(tmp_path / "run")
-    run.write_report([healthy_host("h1")], [finding("GA301", host="h1")], fail_on="critical")
+    write_report(run, [healthy_host("h1")], [finding("GA301", host="h1")], fail_on="critical")
     names = {p.name for p in run.path.iterdir()}
     assert {"register.json", "index.html", "register.csv", "summary.md", "junit.xml"} <= names
     assert "gpuaudit.prom" in names

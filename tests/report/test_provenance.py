@@ -6,14 +6,15 @@ import getpass
 import hashlib
 import json
 import socket
+import subprocess
 import sys
 from importlib import metadata
 from pathlib import Path
 
-import pytest
 from report_factories import EVIL, finding, healthy_host
 
 import gpuaudit
+from gpuaudit.pipeline import rebuild, write_report
 from gpuaudit.policy import load_policy
 from gpuaudit.report.provenance import (
     BUNDLE,
@@ -27,40 +28,49 @@ from gpuaudit.report.provenance import (
     record_provenance,
     redact_command,
 )
-from gpuaudit.report.run import new_run_dir, rebuild
+from gpuaudit.report.run import new_run_dir
 
 POLICY = "version: 1\ndefaults:\n  sysctl_baseline:\n    net.core.rmem_max: 134217728\n"
 
 
-@pytest.fixture
-def pyinfra_cli() -> None:
-    """pyinfra's command-line parser, loaded as it is when pyinfra runs the audit deploy."""
-    import pyinfra_cli.cli  # noqa: F401
+_SCOPE_IN_PYINFRA = """
+import dataclasses, json, sys
+import pyinfra_cli.cli  # loaded, as it is when pyinfra runs the audit deploy
+from gpuaudit.report.provenance import pyinfra_scope
+print(json.dumps(dataclasses.asdict(pyinfra_scope(json.loads(sys.argv[1])))))
+"""
+
+
+def scope_under_pyinfra(argv: list[str], cwd: Path) -> Scope:
+    """pyinfra_scope(argv) in a process that has pyinfra's command-line parser loaded. Never
+    in the test process: loading pyinfra's CLI patches the interpreter for gevent."""
+    done = subprocess.run(
+        [sys.executable, "-c", _SCOPE_IN_PYINFRA, json.dumps(argv)],
+        cwd=cwd, capture_output=True, text=True, check=True, timeout=120,
+    )  # fmt: skip
+    fields = json.loads(done.stdout)
+    return Scope(**{k: tuple(v) if isinstance(v, list) else v for k, v in fields.items()})
 
 
 def about(page: str) -> str:
     return page.split('id="about-run"', 1)[1].split("</section>", 1)[0]
 
 
-def test_pyinfra_scope_is_read_with_pyinfra_own_parser(
-    pyinfra_cli: None, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_pyinfra_scope_is_read_with_pyinfra_own_parser(tmp_path: Path) -> None:
     (tmp_path / "prod.py").write_text("hosts = ['gpu-a01']\n")
-    monkeypatch.chdir(tmp_path)
     argv = ["/venv/bin/pyinfra", "-y", "--limit", "gpu-a*", "prod.py", "--ssh-user", "audit",
             "--limit", "rack7", "--exclude", "gpu-a09", "deploys/audit.py"]  # fmt: skip
-    assert pyinfra_scope(argv) == Scope(
+    assert scope_under_pyinfra(argv, tmp_path) == Scope(
         INVENTORY,
         inventory=str(tmp_path / "prod.py"),  # absolute: runs from elsewhere compare equal
         limit=("gpu-a*", "rack7"),
         exclude=("gpu-a09",),
     )
     # An inventory that is not a file (a host list) is kept as given.
-    assert pyinfra_scope(["pyinfra", "@sim/t4-01,@sim/t4-02", "x.py"]).inventory == (
-        "@sim/t4-01,@sim/t4-02"
-    )
+    hosts = ["pyinfra", "@sim/t4-01,@sim/t4-02", "x.py"]
+    assert scope_under_pyinfra(hosts, tmp_path).inventory == "@sim/t4-01,@sim/t4-02"
     # Without pyinfra's parser (pyinfra driven from Python) the inventory is not known.
-    monkeypatch.delitem(sys.modules, "pyinfra_cli.cli")
+    assert "pyinfra_cli.cli" not in sys.modules
     assert pyinfra_scope(argv) == Scope(INVENTORY)
 
 
@@ -75,7 +85,7 @@ def test_secrets_on_the_command_line_are_redacted() -> None:
     )  # fmt: skip
 
 
-def test_register_and_page_say_where_the_run_came_from(pyinfra_cli: None, tmp_path: Path) -> None:
+def test_register_and_page_say_where_the_run_came_from(tmp_path: Path) -> None:
     inventory = tmp_path / "prod.py"
     inventory.write_text("hosts = ['gpu-b01']\n")
     policy_path = tmp_path / "site.yaml"
@@ -84,8 +94,8 @@ def test_register_and_page_say_where_the_run_came_from(pyinfra_cli: None, tmp_pa
     argv = ["/venv/lib/python3.11/site-packages/pyinfra/__main__.py", "-y", str(inventory),
             "--limit", "gpu-b*", "--password", "s3cret", "gpuaudit.deploy.audit"]  # fmt: skip
     run = new_run_dir(tmp_path / "reports", "20261201T000000Z")
-    record_provenance(run.path, pyinfra_scope(argv), policy, argv=argv)
-    run.write_report([healthy_host("gpu-b01")], [finding()], policy=policy)
+    record_provenance(run.path, scope_under_pyinfra(argv, tmp_path), policy, argv=argv)
+    write_report(run, [healthy_host("gpu-b01")], [finding()], policy=policy)
 
     register = json.loads(run.register_path.read_text())
     assert register["provenance"] == {
@@ -154,7 +164,7 @@ def test_rebuild_keeps_the_audit_provenance_and_names_a_new_policy(tmp_path: Pat
 def test_provenance_on_the_page_is_escaped(tmp_path: Path) -> None:
     run = new_run_dir(tmp_path, "run")
     record_provenance(run.path, Scope(INVENTORY, inventory=EVIL, limit=(EVIL,)), argv=[EVIL])
-    run.write_report([healthy_host()], [])
+    write_report(run, [healthy_host()], [])
     block = about(run.html_path.read_text())
     assert EVIL not in block
     assert "&lt;script&gt;alert(1)&lt;/script&gt;" in block
@@ -164,7 +174,7 @@ def test_a_damaged_provenance_file_loses_nothing(tmp_path: Path) -> None:
     run = new_run_dir(tmp_path, "run")
     (run.path / PROVENANCE_FILE).write_text('{"scope": {"source": "carrier pigeon"}}')
     assert read_provenance(run.path) is None
-    run.write_report([healthy_host()], [])
+    write_report(run, [healthy_host()], [])
     register = json.loads(run.register_path.read_text())
     assert register["provenance"]["scope"] is None  # the register is written all the same
     assert register["provenance"]["gpuaudit_version"] == gpuaudit.__version__

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from gpuaudit.pipeline import write_report
 from gpuaudit.report.rollouts import open_rollouts
 from gpuaudit.report.run import new_run_dir
 
@@ -41,7 +42,7 @@ def test_open_rollouts_are_listed_and_completed_ones_are_not(tmp_path: Path) -> 
 def test_the_register_and_the_page_show_a_halted_rollout(tmp_path: Path) -> None:
     _rollout(tmp_path, "r-halted", "halted", "canary failed its gate <script>x</script>")
     run = new_run_dir(tmp_path, "20261201T100000Z")
-    run.write_report([], [])
+    write_report(run, [], [])
     register = json.loads(run.register_path.read_text())
     assert [r["status"] for r in register["rollouts"]] == ["halted"]
     page = Path(run.html_path).read_text()
@@ -53,6 +54,6 @@ def test_the_register_and_the_page_show_a_halted_rollout(tmp_path: Path) -> None
 def test_no_banner_without_an_open_rollout(tmp_path: Path) -> None:
     _rollout(tmp_path, "r-done", "completed")
     run = new_run_dir(tmp_path, "20261201T100000Z")
-    run.write_report([], [])
+    write_report(run, [], [])
     assert json.loads(run.register_path.read_text())["rollouts"] == []
     assert "Driver rollout" not in Path(run.html_path).read_text()

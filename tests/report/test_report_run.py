@@ -12,13 +12,14 @@ from report_factories import EVIL, evil_host, finding, healthy_host, unreachable
 
 import gpuaudit.rules
 from gpuaudit.model.snapshot import HostSnapshot, HostStatus, OsInfo
+from gpuaudit.pipeline import rebuild, write_report
+from gpuaudit.report import renderers
 from gpuaudit.report import run as run_module
 from gpuaudit.report.run import (
     RunDir,
     load_snapshot_file,
     new_run_dir,
     new_run_id,
-    rebuild,
     safe_host_filename,
 )
 from gpuaudit.rules.base import Evaluation, Severity
@@ -121,8 +122,8 @@ def test_unreadable_file_becomes_collection_failed_host(tmp_path: Path) -> None:
 def test_write_report_with_given_findings(tmp_path: Path) -> None:
     run = RunDir(tmp_path / "20261129T161000Z")
     snaps = [healthy_host("h1"), unreachable_host("h2")]
-    html = run.write_report(
-        snaps, [finding("GA301", host="h1")], generated_at="2026-11-29T16:10:00Z"
+    html = write_report(
+        run, snaps, [finding("GA301", host="h1")], generated_at="2026-11-29T16:10:00Z"
     )
     assert html == run.html_path and html.exists()
     register = json.loads(run.register_path.read_text())
@@ -135,7 +136,7 @@ def test_write_report_with_given_findings(tmp_path: Path) -> None:
 
 def test_write_report_puts_the_cited_docs_beside_the_page(tmp_path: Path) -> None:
     run = RunDir(tmp_path / "run")
-    html = run.write_report([healthy_host("h1")], [finding("GA301", host="h1")])
+    html = write_report(run, [healthy_host("h1")], [finding("GA301", host="h1")])
     # The finding cites docs/field-guide/gpu-memory-errors.md#row-remapping; the checklists
     # cite readiness-checklists.md; pages they link to come along, so their links work too.
     for page in ("gpu-memory-errors.md", "readiness-checklists.md", "xid.md", "llm-memory.md"):
@@ -155,9 +156,9 @@ def test_write_report_without_docs_leaves_docs_references_as_text(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # gpuaudit installed without its source tree: no docs to copy, so no links to them.
-    monkeypatch.setattr(run_module, "DOCS_DIR", tmp_path / "no-docs")
+    monkeypatch.setattr(renderers, "DOCS_DIR", tmp_path / "no-docs")
     run = RunDir(tmp_path / "run")
-    html = run.write_report([healthy_host("h1")], [finding("GA301", host="h1")])
+    html = write_report(run, [healthy_host("h1")], [finding("GA301", host="h1")])
     assert not (run.path / "docs").exists()
     text = html.read_text()
     assert '<a href="docs/' not in text
@@ -168,7 +169,7 @@ def test_write_report_evaluates_rules_when_no_findings_given(
     tmp_path: Path, fake_rules: list[tuple[list[HostSnapshot], object]]
 ) -> None:
     run = RunDir(tmp_path)
-    run.write_report([healthy_host("h1")], policy={"x": 1})
+    write_report(run, [healthy_host("h1")], policy={"x": 1})
     assert fake_rules[0][1] == {"x": 1}
     assert json.loads(run.register_path.read_text())["findings"][0]["rule"] == "GA900"
 
@@ -352,7 +353,7 @@ def test_an_object_without_a_usable_required_field_is_left_out(tmp_path: Path) -
 
 def _old_report(tmp_path: Path) -> tuple[RunDir, dict[str, str]]:
     run = RunDir(tmp_path / "run")
-    run.write_report([healthy_host("h1")], [finding("GA301", host="h1")], generated_at="old")
+    write_report(run, [healthy_host("h1")], [finding("GA301", host="h1")], generated_at="old")
     return run, {p.name: p.read_text() for p in run.path.iterdir() if p.is_file()}
 
 
@@ -362,12 +363,14 @@ def test_a_failing_renderer_leaves_the_previous_report_whole(
     run, before = _old_report(tmp_path)
     assert {"register.json", "index.html", "summary.md"} <= set(before)
 
-    def broken(*_args: object, **_kwargs: object) -> dict[str, str]:
+    def broken(_given: renderers.RenderInput) -> str:
         raise RuntimeError("renderer bug")
 
-    monkeypatch.setattr(run_module, "render_outputs", broken)
+    # A renderer late in the list fails: the page and register.json are already rendered.
+    failing = (*renderers.RENDERERS[:-1], renderers.Format("summary.md", broken))
+    monkeypatch.setattr(renderers, "RENDERERS", (*failing, renderers.RENDERERS[-1]))
     with pytest.raises(RuntimeError):
-        run.write_report([healthy_host("h1")], [finding("GA301", host="h1")], generated_at="new")
+        write_report(run, [healthy_host("h1")], [finding("GA301", host="h1")], generated_at="new")
     assert {p.name: p.read_text() for p in run.path.iterdir() if p.is_file()} == before
 
 
@@ -384,7 +387,7 @@ def test_a_failed_rename_never_leaves_a_new_register_beside_an_old_page(
 
     monkeypatch.setattr(run_module.os, "replace", replace)
     with pytest.raises(OSError):
-        run.write_report([healthy_host("h1")], [finding("GA301", host="h1")], generated_at="new")
+        write_report(run, [healthy_host("h1")], [finding("GA301", host="h1")], generated_at="new")
     monkeypatch.undo()
     after = {p.name: p.read_text() for p in run.path.iterdir() if p.is_file()}
     assert after["register.json"] == before["register.json"]  # written last: not reached

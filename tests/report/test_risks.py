@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from report_factories import GENERATED_AT, finding, healthy_host
 
-from gpuaudit.cli import _open_at_or_above
+from gpuaudit.audit_run import _open_at_or_above
 from gpuaudit.report.register import build_register
 from gpuaudit.report.risks import discriminator, risk_id
 from gpuaudit.rules.base import Evidence, Finding, Owner, Severity

@@ -11,8 +11,9 @@ from typing import Any
 from report_factories import finding, gpu, healthy_host, unreachable_host
 
 from gpuaudit.model.snapshot import EccCounts, HostSnapshot, XidEvent
+from gpuaudit.pipeline import rebuild, write_report
 from gpuaudit.report.provenance import INVENTORY, Scope, bundle_scope, record_provenance
-from gpuaudit.report.run import RunDir, new_run_dir, rebuild
+from gpuaudit.report.run import RunDir, new_run_dir
 from gpuaudit.report.trends import find_previous, load_previous
 from gpuaudit.rules.base import Evidence, Finding, Severity
 
@@ -47,7 +48,7 @@ def write_run(reports: Path, run_id: str, snaps: list[HostSnapshot], findings: l
         run.write_snapshot(snap)
     if scope is not None:
         record_provenance(run.path, scope, argv=["gpuaudit", "audit"])
-    run.write_report(run.load_snapshots(), findings, **kwargs)
+    write_report(run, run.load_snapshots(), findings, **kwargs)
     result: dict[str, Any] = json.loads(run.register_path.read_text())
     return result
 
@@ -136,11 +137,11 @@ def test_default_previous_is_the_newest_earlier_stamped_run(tmp_path: Path) -> N
     runs = {}
     for run_id in ("20261101T000000Z", "20261102T000000Z", "20261102T000000Z", "20261203T000000Z"):
         run = new_run_dir(tmp_path, run_id)
-        run.write_report([healthy_host("h1")], [])
+        write_report(run, [healthy_host("h1")], [])
         runs[run.run_id] = run
     example = RunDir(tmp_path / "example")  # a hand-named run (the committed example)
     example.write_snapshot(healthy_host("demo"))
-    example.write_report([healthy_host("demo")], [])
+    write_report(example, [healthy_host("demo")], [])
     no_register = new_run_dir(tmp_path, "20261101T120000Z")  # an audit that never finished
     assert find_previous(runs["20261102T000000Z-2"].path) == runs["20261102T000000Z"].path
     assert find_previous(runs["20261203T000000Z"].path) == runs["20261102T000000Z-2"].path
@@ -166,7 +167,7 @@ def test_previous_run_from_snapshots_alone(tmp_path: Path) -> None:
 def test_previous_risks_regrouped_from_an_older_register(tmp_path: Path) -> None:
     old = new_run_dir(tmp_path, "20261101T000000Z")
     old.write_snapshot(healthy_host("h1"))
-    old.write_report([healthy_host("h1")], [sysctl_finding("h1")])
+    write_report(old, [healthy_host("h1")], [sysctl_finding("h1")])
     register = json.loads(old.register_path.read_text())
     del register["risks"]  # as a register of schema 1.0 was
     old.register_path.write_text(json.dumps(register))

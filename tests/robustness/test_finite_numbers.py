@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from gpuaudit.model.build import build_snapshot
+from gpuaudit.assemble.build import build_snapshot
 from gpuaudit.model.jsonable import NonFiniteNumberError, to_jsonable
 from gpuaudit.model.snapshot import Gpu, HostSnapshot, HostStatus, Section
 from gpuaudit.parsers.amd_smi import parse_amd_smi_json
@@ -26,6 +26,7 @@ from gpuaudit.parsers.nvidia_text import parse_nvidia_smi_text
 from gpuaudit.parsers.nvml import parse_nvml_probe
 from gpuaudit.parsers.query_csv import parse_query_gpu_csv
 from gpuaudit.parsers.rocm_smi import parse_rocm_smi_json
+from gpuaudit.pipeline import write_report
 from gpuaudit.report.run import RunDir
 from gpuaudit.rules.base import Evidence, Finding, Owner, Severity
 
@@ -81,7 +82,7 @@ def test_nvidia_smi_xml_number_out_of_range_is_null_in_every_file(
 
     run = RunDir(tmp_path / "run")
     written = run.write_snapshot(snapshot)
-    run.write_report([snapshot])
+    write_report(run, [snapshot])
     register = strict_loads(run.register_path.read_text(encoding="utf-8"))
     saved = strict_loads(written.read_text(encoding="utf-8"))
     (host,) = register["hosts"]
@@ -192,5 +193,5 @@ def test_writers_refuse_non_finite_numbers(tmp_path: Path) -> None:
     )
     run = RunDir(tmp_path / "run")
     with pytest.raises(ValueError):
-        run.write_report([good], [finding])
+        write_report(run, [good], [finding])
     assert not run.register_path.exists()

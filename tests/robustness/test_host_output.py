@@ -30,9 +30,9 @@ from pathlib import Path
 
 import pytest
 
+from gpuaudit.assemble.build import build_snapshot
 from gpuaudit.collect import collector_script
 from gpuaudit.inspect import inspect_file
-from gpuaudit.model.build import build_snapshot
 from gpuaudit.model.snapshot import HostSnapshot
 from gpuaudit.parsers.bundle import Bundle, parse_bundle, parse_bundle_text
 from gpuaudit.parsers.limits import FLOOR_BYTES, INPUT_BYTES, OUTPUT_BYTES, SECTION_BYTES

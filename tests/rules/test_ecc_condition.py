@@ -3,9 +3,9 @@ from __future__ import annotations
 import pytest
 
 from gpuaudit.model.snapshot import EccCounts, Section
+from gpuaudit.policy.defaults import DEFAULT_POLICY
 from gpuaudit.rules.base import Severity
 from gpuaudit.rules.hardware import is_datacenter_gpu
-from gpuaudit.rules.policy_defaults import DEFAULT_POLICY
 
 XML = """<?xml version="1.0" ?>
 <nvidia_smi_log>

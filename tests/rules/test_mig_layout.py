@@ -2,9 +2,9 @@ from __future__ import annotations
 
 import pytest
 
+from gpuaudit.model.mig_spec import MigSpecError, read_mig_configs
 from gpuaudit.model.snapshot import MigDevice, MigInstance, PciDevice, Section
 from gpuaudit.rules.base import Severity
-from gpuaudit.rules.mig_spec import MigSpecError, read_mig_configs
 
 A100 = "NVIDIA A100-SXM4-80GB"
 

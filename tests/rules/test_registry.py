@@ -6,9 +6,9 @@ import re
 import pytest
 
 from gpuaudit.model.snapshot import HostStatus
+from gpuaudit.policy.defaults import DEFAULT_POLICY, host_policy, merge_policy
 from gpuaudit.rules import FLEET_HOST, all_rules, evaluate
 from gpuaudit.rules.base import REGISTRY, Owner, Rule, Severity, register, rule
-from gpuaudit.rules.policy_defaults import DEFAULT_POLICY, host_policy, merge_policy
 
 _CATEGORY_BY_PREFIX = {
     "GA0": "audit",

@@ -6,7 +6,7 @@ from pathlib import Path
 
 from simhelpers import collect
 
-from gpuaudit.model.build import build_snapshot
+from gpuaudit.assemble.build import build_snapshot
 from gpuaudit.rules import evaluate
 from gpuaudit.sim.host import materialize
 from gpuaudit.sim.profiles import PROFILES

@@ -20,7 +20,7 @@ from pyinfra.api.connect import connect_all
 from pyinfra.api.exceptions import ConnectError
 from simhelpers import collect, run_on
 
-from gpuaudit.model.build import build_snapshot
+from gpuaudit.assemble.build import build_snapshot
 from gpuaudit.sim.host import SimHost, host_paths, materialize
 from gpuaudit.sim.profiles import get_profile
 from gpuaudit.sim.state import edit_state

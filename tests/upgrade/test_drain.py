@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+from gpuaudit.policy.upgrade import DrainSettings
 from gpuaudit.upgrade.drain import drain_commands, node_name
-from gpuaudit.upgrade.settings import DrainSettings
 
 
 def test_node_names() -> None:

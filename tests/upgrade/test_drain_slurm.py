@@ -20,8 +20,8 @@ from pathlib import Path
 
 import pytest
 
+from gpuaudit.policy.upgrade import DrainSettings
 from gpuaudit.upgrade.drain import drain_commands
-from gpuaudit.upgrade.settings import DrainSettings
 
 NODE = "gpu-01"
 

@@ -12,6 +12,7 @@ from upgrade_factories import finding, host, inventory_host, replace_gpu
 from gpuaudit.model.snapshot import HostStatus
 from gpuaudit.model.status import unreachable_snapshot
 from gpuaudit.policy import Policy
+from gpuaudit.policy.upgrade import UpgradeSettings
 from gpuaudit.rules.base import Severity
 from gpuaudit.upgrade.plan import (
     already_unavailable,
@@ -21,7 +22,6 @@ from gpuaudit.upgrade.plan import (
     unavailable_budget,
     unavailable_hosts,
 )
-from gpuaudit.upgrade.settings import UpgradeSettings
 
 ON = date(2026, 3, 1)
 

@@ -21,6 +21,7 @@ from upgrade_factories import (
 from gpuaudit.model.snapshot import HostStatus, Package, Section
 from gpuaudit.model.status import unreachable_snapshot
 from gpuaudit.policy import Policy
+from gpuaudit.policy.upgrade import UpgradeSettings
 from gpuaudit.rules.base import Severity
 from gpuaudit.upgrade.plan import (
     InventoryHost,
@@ -28,7 +29,6 @@ from gpuaudit.upgrade.plan import (
     assign_stage,
     plan_rollout,
 )
-from gpuaudit.upgrade.settings import UpgradeSettings
 
 ON = date(2026, 3, 1)
 SETTINGS = UpgradeSettings()

@@ -13,7 +13,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from gpuaudit.model.build import build_snapshot
+from gpuaudit.assemble.build import build_snapshot
 from gpuaudit.model.snapshot import Gpu, HostSnapshot, Section, XidEvent
 from gpuaudit.parsers.bundle import Bundle
 from gpuaudit.rules.base import Evidence, Finding, Owner, Severity
@@ -144,7 +144,7 @@ def _ok(stdout: str, stderr: str = "") -> Section:
 
 
 def captured_a100(kernel_log: str = "", driver_proc: str = "535.54.03", **sections: Section):
-    """A host built by gpuaudit.model.build from a real A100 nvidia-smi XML capture (driver
+    """A host built by gpuaudit.assemble.build from a real A100 nvidia-smi XML capture (driver
     535.54.03, one GPU listed), with the given kernel log and /proc/driver/nvidia/version."""
     tools = (
         "nvidia-smi=1\nrocm-smi=0\namd-smi=0\ndmesg=1\njournalctl=1\nsystemctl=1\n"

@@ -3,7 +3,7 @@
 ``GpuAuditSections`` is the audit's single remote command: the collector script gathers every
 section (nvidia-smi XML, topology, MIG, kernel log, driver packages, sysctls, services, device
 nodes, rocm-smi ...) in one round trip, and ``process`` is pure: it only unframes the sections.
-Parsing them into a snapshot happens in :mod:`gpuaudit.model.build`, away from pyinfra.
+Parsing them into a snapshot happens in :mod:`gpuaudit.assemble.build`, away from pyinfra.
 """
 
 from __future__ import annotations

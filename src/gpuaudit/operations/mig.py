@@ -11,10 +11,10 @@ from pyinfra.api.exceptions import OperationError
 
 from gpuaudit.facts.mig import MigState
 from gpuaudit.facts.remediation import SystemdUnits
+from gpuaudit.model.mig_spec import MigEntry, MigSpecError, read_mig_configs
 from gpuaudit.operations.mig_commands import plan_commands
 from gpuaudit.operations.mig_plan import UNITS, HostMig, MigPlan, format_gpus, plan_mig
 from gpuaudit.operations.settings import host_settings
-from gpuaudit.rules.mig_spec import MigEntry, MigSpecError, read_mig_configs
 
 
 @operation()

@@ -2,7 +2,7 @@
 
 ``HostMig.from_facts`` reads the facts (:class:`gpuaudit.facts.mig.MigState` and
 :class:`gpuaudit.facts.remediation.SystemdUnits`) into typed values; :func:`plan_mig` compares
-them with a mig-parted config (entries read by :mod:`gpuaudit.rules.mig_spec`) and returns a
+them with a mig-parted config (entries read by :mod:`gpuaudit.model.mig_spec`) and returns a
 :class:`MigPlan`: per GPU that differs, what differs and what to run, plus what blocks the
 change. :mod:`gpuaudit.operations.mig_commands` turns the plan into shell commands. Nothing
 here imports pyinfra, so the decisions are tested on plain values.
@@ -27,8 +27,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from gpuaudit.model.mig_spec import MigEntry
 from gpuaudit.operations.mig_models import PROFILE, family_of, resets_to_change_mode
-from gpuaudit.rules.mig_spec import MigEntry
 
 PERSISTENCED = "nvidia-persistenced.service"
 # Daemons that keep every GPU open, in the order they are stopped (consumers first); started

@@ -14,6 +14,7 @@ which the audit reports (GA002).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 
 # Each of a section's stdout and stderr. A large host's nvidia-smi -q -x is well under 1 MiB;
 # the kernel log is bounded by lines first (collector.sh) and keeps its newest lines here.
@@ -79,3 +80,13 @@ def utf8_prefix(raw: bytes) -> bytes:
     length = 2 if lead < 0xE0 else 3 if lead < 0xF0 else 4
     have = end - start + 1
     return raw[: start - 1] if have < length else raw
+
+
+def read_start(path: Path, max_bytes: int) -> tuple[bytes, int]:
+    """The first ``max_bytes`` of the file, and where it was cut (0: it was read whole)."""
+    with path.open("rb") as handle:
+        raw = handle.read(max_bytes)
+        if not handle.read(1):
+            return raw, 0
+    raw = utf8_prefix(raw)
+    return raw, len(raw)

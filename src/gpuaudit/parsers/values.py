@@ -28,6 +28,8 @@ import math
 import re
 from typing import Any
 
+from gpuaudit.model.decode import NUMBER_LIMIT
+
 NOT_APPLICABLE = "not_applicable"
 NOT_SUPPORTED = "not_supported"
 UNREADABLE = "unreadable"
@@ -47,7 +49,6 @@ GPU_ERRORS = ("unknown error", "gpu is lost")
 # With an exponent: "1e999" is one (overflowing) number, not the reading 1.
 _NUMBER = re.compile(r"[-+]?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?")
 # The largest magnitude a reading may have.
-NUMBER_LIMIT = 2**64
 # More digits than any number within NUMBER_LIMIT has (with sign and leading zeros to spare).
 _MAX_DIGITS = 40
 

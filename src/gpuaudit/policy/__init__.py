@@ -13,7 +13,7 @@ the file, line and column)::
       thresholds: {retired_pages_limit: 63, remapped_rows_uncorrectable_limit: 512}
       mig_config_name: all-1g.10gb      # a name in mig-configs
       disabled_rules: [GA602]           # prefer a waiver: it has an owner and an end date
-      # ... and every other key the rules read (see rules/policy_defaults.py)
+      # ... and every other key the rules read (see policy/defaults.py)
     groups:                             # per inventory group, applied in file order
       h100_sxm: {desired_driver_version: "550.127.05"}
     mig-configs: {...}                  # NVIDIA mig-parted's format, see migparted.py
@@ -39,7 +39,7 @@ the file, line and column)::
                                         # | never
       stages: [canary, wave1, wave2, wave3]   # the stage order; the first is the canary
 
-Settings are the keys the rules read (``rules.policy_defaults.DEFAULT_POLICY``, with their
+Settings are the keys the rules read (``policy.defaults.DEFAULT_POLICY``, with their
 built-in defaults); keys with a numeric default are thresholds and go under ``thresholds:``.
 Precedence (later wins): built-in defaults, ``defaults:``, the matching ``groups:`` in file
 order, then the host's inventory data; see model.py for why the inventory wins.
@@ -49,7 +49,7 @@ finding (``override_reason`` and its message); an XID code's override beats its 
 A waiver accepts one rule's risk on some hosts until ``expires`` (inclusive); an expired
 waiver hides nothing and the register shows the risk as open with the date it lapsed.
 
-``upgrade:`` is read into :class:`gpuaudit.upgrade.settings.UpgradeSettings` (``Policy.upgrade``;
+``upgrade:`` is read into :class:`gpuaudit.policy.upgrade.UpgradeSettings` (``Policy.upgrade``;
 a policy without the section gets its defaults). Stages are inventory group names: a host's
 stage is its ``rollout_stage`` host data, else its first group listed in ``stages``, else the
 last stage. ``max_unavailable`` counts hosts already unhealthy before the rollout.

@@ -16,11 +16,11 @@ from typing import Any
 
 import yaml
 
+from gpuaudit.policy.defaults import DEFAULT_POLICY
 from gpuaudit.policy.loader import load_policy
 from gpuaudit.policy.model import Policy
 from gpuaudit.policy.nodes import PolicyError
-from gpuaudit.rules.policy_defaults import DEFAULT_POLICY
-from gpuaudit.upgrade.settings import UpgradeSettings
+from gpuaudit.policy.upgrade import UpgradeSettings
 
 __all__ = ["add_policy_parser", "describe_policy", "load_for_cli"]
 

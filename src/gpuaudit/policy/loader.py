@@ -7,12 +7,12 @@ from typing import Any
 
 from yaml.nodes import Node, ScalarNode
 
+from gpuaudit.model.findings import Severity
 from gpuaudit.policy.migparted import read_mig_configs, read_mig_parted_file
 from gpuaudit.policy.model import POLICY_FILE_VERSION, Policy, SeverityOverride, Waiver
 from gpuaudit.policy.nodes import Invalid, PolicyError, Reader, describe
 from gpuaudit.policy.schema import check_rule_code, read_settings, read_upgrade
-from gpuaudit.rules.base import Severity
-from gpuaudit.upgrade.settings import UpgradeSettings
+from gpuaudit.policy.upgrade import UpgradeSettings
 
 __all__ = ["load_policy", "parse_policy"]
 

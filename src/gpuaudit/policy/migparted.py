@@ -20,7 +20,7 @@ not. Profile names are checked for shape (``[Cc.]Gg.MMgb[+attr]``, slice counts 
 not against a GPU model: which profiles a GPU offers is only known on the host.
 
 The result is plain data shaped like the YAML (``{name: [ {devices, mig-enabled, ...} ]}``);
-the rules read it into typed entries with :mod:`gpuaudit.rules.mig_spec`, which also owns the
+the rules read it into typed entries with :mod:`gpuaudit.model.mig_spec`, which also owns the
 profile-name grammar both use. This module checks the YAML itself so that every problem can
 name its file, line and column.
 """
@@ -31,8 +31,8 @@ from typing import Any
 
 from yaml.nodes import Node, ScalarNode
 
+from gpuaudit.model.mig_spec import profile_problem
 from gpuaudit.policy.nodes import Invalid, Reader
-from gpuaudit.rules.mig_spec import profile_problem
 
 __all__ = ["MIG_PARTED_VERSION", "read_mig_configs", "read_mig_parted_file"]
 

@@ -1,6 +1,6 @@
 """The site policy as the audit uses it: per-host settings, severity overrides and waivers.
 
-Precedence of settings, later wins: the built-in defaults (``rules.policy_defaults``), the
+Precedence of settings, later wins: the built-in defaults (``policy.defaults``), the
 policy's ``defaults:``, each of the policy's ``groups:`` the host belongs to *in the order the
 file lists them*, then the host's own inventory data (pyinfra host and group data copied into
 ``snapshot.host_data``). The inventory wins because it is the most specific statement about a
@@ -19,10 +19,10 @@ from datetime import date, datetime
 from pathlib import Path
 from typing import Any, Literal, NamedTuple
 
+from gpuaudit.model.findings import Finding, Severity
 from gpuaudit.model.snapshot import HostSnapshot
-from gpuaudit.rules.base import Finding, Severity
-from gpuaudit.rules.policy_defaults import DEFAULT_POLICY, host_overrides, merge_policy
-from gpuaudit.upgrade.settings import UpgradeSettings
+from gpuaudit.policy.defaults import DEFAULT_POLICY, host_overrides, merge_policy
+from gpuaudit.policy.upgrade import UpgradeSettings
 
 __all__ = [
     "MIG_PARTED_COPY",

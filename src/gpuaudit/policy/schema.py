@@ -1,13 +1,13 @@
 """The settings a policy's ``defaults:`` and ``groups:`` may set, and how each is checked.
 
-The settings are exactly the keys the rules read (``rules.policy_defaults.DEFAULT_POLICY``),
+The settings are exactly the keys the rules read (``policy.defaults.DEFAULT_POLICY``),
 read at load time, so a rule that adds a key makes it settable without touching this module.
 Keys with a numeric default are *thresholds* and live under ``thresholds:``; the others are set
 directly. Keys listed in ``_TYPES`` get a precise check; any other key is checked against the
 type of its default value.
 
 The top-level ``upgrade:`` section (:func:`read_upgrade`) has a fixed set of keys instead: the
-fields of :class:`gpuaudit.upgrade.settings.UpgradeSettings`, checked by the same functions the
+fields of :class:`gpuaudit.policy.upgrade.UpgradeSettings`, checked by the same functions the
 dataclasses use, so a mistake is reported with its position here and as a ValueError in code.
 """
 
@@ -19,10 +19,9 @@ from typing import Any, TypeVar
 
 from yaml.nodes import Node, ScalarNode
 
+from gpuaudit.policy.defaults import DEFAULT_POLICY
 from gpuaudit.policy.nodes import Invalid, Reader, describe
-from gpuaudit.rules.base import REGISTRY
-from gpuaudit.rules.policy_defaults import DEFAULT_POLICY
-from gpuaudit.upgrade.settings import (
+from gpuaudit.policy.upgrade import (
     DRAIN_KINDS,
     REBOOT_MODES,
     DrainSettings,
@@ -33,6 +32,7 @@ from gpuaudit.upgrade.settings import (
     max_unavailable_problem,
     stages_problem,
 )
+from gpuaudit.rules.base import REGISTRY
 
 __all__ = [
     "check_rule_code",
@@ -263,7 +263,7 @@ def _read_thresholds(
     return values
 
 
-# --- the upgrade: section (gpuaudit.upgrade.settings) -------------------------------------------
+# --- the upgrade: section (gpuaudit.policy.upgrade) -------------------------------------------
 
 _UPGRADE_KEYS = (
     "max_parallel",

@@ -1,6 +1,6 @@
 """One host's settings, resolved once: what the rules judge it by and what remediation applies.
 
-Precedence, later wins: the built-in defaults (``rules.policy_defaults``), the site policy's
+Precedence, later wins: the built-in defaults (``policy.defaults``), the site policy's
 ``defaults:``, its ``groups:`` the host belongs to (file order), then the host's inventory
 data. The rules (``rules.evaluate``), the remediation operations (``gpuaudit.operations``) and
 ``deploys/remediate.py`` all read the same :class:`HostSettings`, so a site that sets
@@ -20,8 +20,8 @@ from datetime import date
 from types import MappingProxyType
 from typing import Any
 
+from gpuaudit.policy.defaults import DEFAULT_POLICY, host_overrides, merge_policy
 from gpuaudit.policy.model import Policy, Waiver
-from gpuaudit.rules.policy_defaults import DEFAULT_POLICY, host_overrides, merge_policy
 
 
 @dataclass(frozen=True)

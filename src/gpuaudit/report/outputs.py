@@ -1,4 +1,4 @@
-"""Views of the register for other tools, written next to register.json by run.write_report.
+"""Views of the register for other tools, written next to register.json (renderers.py).
 
 - ``register.csv``   one row per finding, for spreadsheets and ticket imports;
 - ``summary.md``     a short Markdown digest for a ticket or a chat channel;
@@ -21,7 +21,6 @@ from collections.abc import Iterable, Mapping
 from datetime import datetime
 from typing import Any
 
-from gpuaudit.report.junit import render_junit
 from gpuaudit.report.register import SEVERITY_ORDER, is_open_risk
 
 CSV_FILE = "register.csv"
@@ -51,19 +50,6 @@ _FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
 _MARKDOWN_SPECIAL = "\\`*_[]<>|~&#!"
 TOP_RISKS = 10
 _LIST_LIMIT = 10
-
-
-def render_outputs(
-    register: Mapping[str, Any], *, fail_on: str | None = None, policy: object | None = None
-) -> dict[str, str]:
-    """Every view, by file name. ``policy`` is accepted for callers that pass it: the register
-    already holds what it decided (waivers, disabled rules, severities)."""
-    return {
-        CSV_FILE: render_csv(register),
-        MARKDOWN_FILE: render_markdown(register),
-        JUNIT_FILE: render_junit(register, fail_on=fail_on),
-        PROMETHEUS_FILE: render_prometheus(register),
-    }
 
 
 # --- CSV -----------------------------------------------------------------------------------------

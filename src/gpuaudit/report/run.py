@@ -1,4 +1,5 @@
-"""The run directory: where one audit's snapshots and reports live.
+"""The run directory: where one audit's snapshots and reports live. It only stores: what is
+written there is evaluated and rendered by :mod:`gpuaudit.pipeline`.
 
 Layout::
 
@@ -13,8 +14,8 @@ Layout::
                                       page links (references.py)
 
 Snapshots are the source of truth: ``register.json`` and ``index.html`` can always be rebuilt from
-``hosts/`` alone (``gpuaudit report <run-dir>`` → :func:`rebuild`); a snapshot file edited by
-hand since, or damaged, costs its host its unusable values, never the report
+``hosts/`` alone (``gpuaudit report <run-dir>`` → :func:`gpuaudit.pipeline.rebuild`); a snapshot
+file edited by hand since, or damaged, costs its host its unusable values, never the report
 (:func:`load_snapshot_file`). Every file is written to a temporary name and renamed into place,
 so a crash mid-audit leaves whole files or none, and a reader never sees half a snapshot; the
 report's files are all rendered before any is written, and renamed together, register.json last.
@@ -28,28 +29,22 @@ import json
 import os
 import re
 import tempfile
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from gpuaudit.model.snapshot import HostSnapshot, HostStatus, Section
-from gpuaudit.report.html import render_html
-from gpuaudit.report.outputs import render_outputs
-from gpuaudit.report.provenance import PROVENANCE_FILE, register_provenance
-from gpuaudit.report.references import DOCS_DIR, docs_file, docs_pages
-from gpuaudit.report.register import build_register, utc_now_iso
-from gpuaudit.report.rollouts import open_rollouts
-from gpuaudit.report.trends import find_previous, load_previous
-from gpuaudit.rules.base import Finding, RuleOutcome
+from gpuaudit.report.provenance import PROVENANCE_FILE
+from gpuaudit.report.register import utc_now_iso
+from gpuaudit.report.renderers import HTML_FILE as HTML_FILE
+from gpuaudit.report.renderers import REGISTER_FILE as REGISTER_FILE
 
 if TYPE_CHECKING:
-    from gpuaudit.policy import Policy
+    pass
 
 HOSTS_DIR = "hosts"
-REGISTER_FILE = "register.json"
-HTML_FILE = "index.html"
 SNAPSHOT_SUFFIX = ".json"
 
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
@@ -176,6 +171,12 @@ class RunDir:
         """Read every snapshot; an unreadable one becomes a COLLECTION_FAILED host, not an error."""
         return [load_snapshot_file(p) for p in self.snapshot_files()]
 
+    def store(self, files: Mapping[str, str]) -> None:
+        """Write the report's files (path in the run directory → text) all together: each to a
+        temporary name first, then renamed into place in the order given (register.json last,
+        as the renderers give it)."""
+        atomic_write_files({self.path / name: text for name, text in files.items()})
+
     def discard_if_empty(self) -> bool:
         """Remove the run directory when the run left nothing in it, and say whether it did.
 
@@ -197,121 +198,6 @@ class RunDir:
         except OSError:  # something else is in there: not ours to remove
             return False
         return True
-
-    def write_report(
-        self,
-        snapshots: Sequence[HostSnapshot],
-        findings: Sequence[Finding] | None = None,
-        *,
-        policy: Policy | Mapping[str, Any] | None = None,
-        generated_at: str | None = None,
-        previous: str | os.PathLike[str] | None = None,
-        fail_on: str | None = None,
-    ) -> Path:
-        """Write register.json, index.html, the views of outputs.py and the docs pages the
-        register cites (:meth:`render_report`); return index.html.
-
-        Every file is rendered before any is written, and all are renamed into place together
-        at the end, register.json last: a renderer that fails or a disk that fills leaves the
-        previous report whole, never a new register beside a stale page.
-        """
-        files = self.render_report(
-            snapshots,
-            findings,
-            policy=policy,
-            generated_at=generated_at,
-            previous=previous,
-            fail_on=fail_on,
-        )
-        atomic_write_files({self.path / name: text for name, text in files.items()})
-        return self.html_path
-
-    def render_report(
-        self,
-        snapshots: Sequence[HostSnapshot],
-        findings: Sequence[Finding] | None = None,
-        *,
-        policy: Policy | Mapping[str, Any] | None = None,
-        generated_at: str | None = None,
-        previous: str | os.PathLike[str] | None = None,
-        fail_on: str | None = None,
-    ) -> dict[str, str]:
-        """Every file of the report, in memory: its path in the run directory → its text,
-        register.json last. The register is :meth:`assemble_register`'s; ``fail_on`` is
-        junit.xml's failure threshold."""
-        register = self.assemble_register(
-            snapshots, findings, policy=policy, generated_at=generated_at, previous=previous
-        )
-        files = docs_copies(cited_references(register))
-        files[HTML_FILE] = render_html(register, snapshots, docs_pages=frozenset(files))
-        files.update(render_outputs(register, fail_on=fail_on, policy=policy))
-        files[REGISTER_FILE] = (
-            json.dumps(register, indent=1, ensure_ascii=False, allow_nan=False) + "\n"
-        )
-        return files
-
-    def assemble_register(
-        self,
-        snapshots: Sequence[HostSnapshot],
-        findings: Sequence[Finding] | None = None,
-        *,
-        policy: Policy | Mapping[str, Any] | None = None,
-        generated_at: str | None = None,
-        previous: str | os.PathLike[str] | None = None,
-    ) -> dict[str, Any]:
-        """The register of this run (register.py), with the open rollouts beside it.
-
-        Without ``findings`` the rules are evaluated here (with ``policy``, which also supplies
-        waivers), and the register records every rule's outcome on every host; findings given
-        by the caller come without outcomes. Trends compare with ``previous`` (a run
-        directory), by default with the newest earlier comparable run next to this one
-        (trends.find_previous). The register's provenance is the one the run recorded
-        (provenance.json).
-        """
-        outcomes: Sequence[RuleOutcome] | None = None
-        if findings is None:
-            # Imported late: the report package is usable (and testable) without the rules.
-            from gpuaudit.rules import assess  # type: ignore[attr-defined,unused-ignore]
-
-            evaluation = assess(snapshots, policy=policy)
-            findings, outcomes = list(evaluation.findings), evaluation.outcomes
-        provenance = register_provenance(self.path, policy)
-        if previous is None:
-            hosts = [s.host for s in snapshots]
-            previous = find_previous(self.path, hosts, provenance.scope)
-        register = build_register(
-            snapshots,
-            findings,
-            generated_at=generated_at or utc_now_iso(),
-            run_id=self.run_id,
-            policy=policy,
-            previous=load_previous(previous) if previous is not None else None,
-            provenance=provenance,
-            outcomes=outcomes,
-        )
-        register["rollouts"] = open_rollouts(self.path.parent)
-        return register
-
-
-def docs_copies(references: Sequence[Any], docs_dir: Path | None = None) -> dict[str, str]:
-    """The docs pages ``references`` cite (and the pages they link to), by their repository
-    paths (``docs/…``, where the run directory holds their copies), with their text. Without a
-    docs directory (gpuaudit installed without its source tree) there are none, and the page
-    shows those references as text. ``docs_dir`` defaults to the checkout's docs/."""
-    docs_dir = DOCS_DIR if docs_dir is None else docs_dir
-    pages = docs_pages(references, docs_dir) if docs_dir.is_dir() else []
-    return {page: docs_file(page, docs_dir).read_text(encoding="utf-8") for page in pages}
-
-
-def cited_references(register: Mapping[str, Any]) -> list[Any]:
-    """Every reference the register's risks and checklists cite, once each, in order."""
-    cited: dict[Any, None] = {}
-    for risk in register.get("risks") or ():
-        cited.update(dict.fromkeys(risk.get("references") or ()))
-    for checklist in (register.get("checklists") or {}).values():
-        if checklist.get("reference"):
-            cited[checklist["reference"]] = None
-    return list(cited)
 
 
 def load_snapshot_file(path: Path) -> HostSnapshot:
@@ -414,33 +300,6 @@ def new_run_dir(
             continue
         (path / HOSTS_DIR).mkdir()
         return RunDir(path)
-
-
-def rebuild(
-    run_dir: RunDir | str | os.PathLike[str],
-    *,
-    policy: Policy | Mapping[str, Any] | None = None,
-    previous: str | os.PathLike[str] | None = None,
-    fail_on: str | None = None,
-) -> Path:
-    """Rebuild register.json and index.html from the run's snapshots (``gpuaudit report``).
-
-    Without ``policy`` the run's own copy (policy.yaml, written by the audit) is used, so a
-    rebuilt register judges the hosts as the audit did; a copy that no longer loads raises
-    PolicyError (a ValueError).
-    """
-    run = run_dir if isinstance(run_dir, RunDir) else RunDir(run_dir)
-    if not run.path.is_dir():
-        raise FileNotFoundError(f"run directory {run.path} does not exist")
-    if not run.hosts_dir.is_dir():
-        raise FileNotFoundError(f"{run.path} holds no {HOSTS_DIR}/ directory: not a gpuaudit run")
-    if policy is None:
-        from gpuaudit.policy import POLICY_FILE, load_policy  # the policy package reads rules
-
-        if (run.path / POLICY_FILE).is_file():
-            policy = load_policy(run.path / POLICY_FILE)
-    snapshots = run.load_snapshots()
-    return run.write_report(snapshots, policy=policy, previous=previous, fail_on=fail_on)
 
 
 @dataclass(frozen=True)

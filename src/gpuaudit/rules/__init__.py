@@ -20,6 +20,7 @@ from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from gpuaudit.model.snapshot import HostSnapshot
+from gpuaudit.policy.defaults import DEFAULT_POLICY, effective_policy, host_overrides
 from gpuaudit.rules import (
     audit,
     capacity,
@@ -51,7 +52,6 @@ from gpuaudit.rules.base import (
     RuleOutcome,
     Severity,
 )
-from gpuaudit.rules.policy_defaults import DEFAULT_POLICY, effective_policy, host_overrides
 
 if TYPE_CHECKING:
     from gpuaudit.policy import Policy
@@ -95,7 +95,7 @@ def assess(
 
     ``policy`` is a site :class:`gpuaudit.policy.Policy` (each host gets its
     ``settings_for()``: defaults, then its groups, then its inventory data; fleet rules get the
-    policy's defaults) or a plain mapping merged over policy_defaults.DEFAULT_POLICY for every
+    policy's defaults) or a plain mapping merged over policy.defaults.DEFAULT_POLICY for every
     host (per-host values from ``snapshot.host_data`` are merged over that by the rules).
     Hosts that could not be collected only get the rules that report on collection (GA001);
     the others are not evaluated there. A rule that raises becomes a GA000 finding for that

@@ -20,141 +20,14 @@ import inspect
 import re
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from enum import Enum
 from typing import Any, TypeVar
 
+from gpuaudit.model.findings import Evidence as Evidence
+from gpuaudit.model.findings import Finding as Finding
+from gpuaudit.model.findings import Outcome as Outcome
+from gpuaudit.model.findings import Owner as Owner
+from gpuaudit.model.findings import Severity as Severity
 from gpuaudit.model.snapshot import HostSnapshot
-
-
-class Severity(str, Enum):
-    CRITICAL = "critical"
-    HIGH = "high"
-    MEDIUM = "medium"
-    LOW = "low"
-    INFO = "info"
-
-    @property
-    def rank(self) -> int:
-        return _SEVERITY_RANK[self]
-
-
-_SEVERITY_RANK = {
-    Severity.CRITICAL: 4,
-    Severity.HIGH: 3,
-    Severity.MEDIUM: 2,
-    Severity.LOW: 1,
-    Severity.INFO: 0,
-}
-
-
-class Outcome(str, Enum):
-    """What a rule concluded about one host or GPU."""
-
-    FAIL = "fail"
-    PASS = "pass"
-    NOT_EVALUATED = "not_evaluated"
-    DISABLED = "disabled"
-
-
-class Owner(str, Enum):
-    INFRA = "infra"
-    ML_ENGINEERING = "ml-engineering"
-
-
-@dataclass(frozen=True)
-class Evidence:
-    fact: str  # path into the snapshot, e.g. "gpus[3].remapped_rows.pending"
-    actual: Any
-    expected: Any
-    excerpt: str = ""  # raw host output the value was read from
-
-
-@dataclass(frozen=True)
-class Finding:
-    rule: str
-    title: str
-    severity: Severity
-    category: str
-    owner: Owner
-    host: str
-    message: str
-    evidence: Evidence
-    remediation: str
-    references: tuple[str, ...] = ()
-    gpu: int | None = None
-    gpu_uuid: str | None = None
-    gpu_name: str | None = None
-    likelihood: int = 3  # 1 (rare) .. 5 (almost certain)
-    impact: int = 3  # 1 (negligible) .. 5 (severe)
-    operation: str | None = None  # the gpuaudit remediation operation that fixes it
-    # Why the site policy changed this finding's severity (None: the rule's own severity).
-    override_reason: str | None = None
-
-    @property
-    def score(self) -> int:
-        return self.likelihood * self.impact
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "rule": self.rule,
-            "title": self.title,
-            "severity": self.severity.value,
-            "category": self.category,
-            "owner": self.owner.value,
-            "host": self.host,
-            "gpu": self.gpu,
-            "gpu_uuid": self.gpu_uuid,
-            "gpu_name": self.gpu_name,
-            "message": self.message,
-            "likelihood": self.likelihood,
-            "impact": self.impact,
-            "score": self.score,
-            "evidence": {
-                "fact": self.evidence.fact,
-                "actual": _jsonable(self.evidence.actual),
-                "expected": _jsonable(self.evidence.expected),
-                "excerpt": self.evidence.excerpt,
-            },
-            "remediation": self.remediation,
-            "operation": self.operation,
-            "references": list(self.references),
-            "override_reason": self.override_reason,
-        }
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> Finding:
-        ev = data.get("evidence") or {}
-        return cls(
-            rule=data["rule"],
-            title=data["title"],
-            severity=Severity(data["severity"]),
-            category=data["category"],
-            owner=Owner(data["owner"]),
-            host=data["host"],
-            message=data.get("message", ""),
-            evidence=Evidence(
-                ev.get("fact", ""), ev.get("actual"), ev.get("expected"), ev.get("excerpt", "")
-            ),
-            remediation=data.get("remediation", ""),
-            references=tuple(data.get("references") or ()),
-            gpu=data.get("gpu"),
-            gpu_uuid=data.get("gpu_uuid"),
-            gpu_name=data.get("gpu_name"),
-            likelihood=int(data.get("likelihood", 3)),
-            impact=int(data.get("impact", 3)),
-            operation=data.get("operation"),
-            override_reason=data.get("override_reason"),
-        )
-
-
-def _jsonable(value: Any) -> Any:
-    if isinstance(value, (str, int, float, bool)) or value is None:
-        return value
-    if isinstance(value, dict):
-        return {str(k): _jsonable(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple, set)):
-        return [_jsonable(v) for v in value]
-    return str(value)
 
 
 @dataclass(frozen=True)
@@ -174,7 +47,7 @@ class RuleContext:
     def settings_for(self, snap: HostSnapshot) -> dict[str, Any]:
         if self.resolved_for is not None and self.resolved_for == snap.host:
             return self.policy
-        from gpuaudit.rules.policy_defaults import host_policy
+        from gpuaudit.policy.defaults import host_policy
 
         return host_policy(snap, self.policy)
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Iterable
 
+from gpuaudit.model.mig_spec import MigEntry, MigSpecError, read_mig_configs
 from gpuaudit.model.snapshot import Gpu, HostSnapshot
 from gpuaudit.rules import refs
 from gpuaudit.rules.audit import GPU_LIST, section_problem
@@ -20,7 +21,6 @@ from gpuaudit.rules.base import (
     rule,
 )
 from gpuaudit.rules.evidence import gpu_label, gpu_xml_excerpt, section_excerpt
-from gpuaudit.rules.mig_spec import MigEntry, MigSpecError, read_mig_configs
 
 
 @rule(

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import shlex
 
-from gpuaudit.upgrade.settings import DrainSettings
+from gpuaudit.policy.upgrade import DrainSettings
 
 REASON_PREFIX = "gpuaudit:"
 

@@ -6,7 +6,7 @@ Each function answers with the reasons in plain words (an empty list: nothing wr
 plan, the journal and the report can say *why* a host was skipped or counted as unavailable.
 The site policy is taken as any object with ``settings_for(snapshot)`` and
 ``waiver_status(finding, on)`` (a :class:`gpuaudit.policy.Policy`); it is not imported here so
-that the policy package can import :mod:`gpuaudit.upgrade.settings` without a cycle.
+that the policy package can import :mod:`gpuaudit.policy.upgrade` without a cycle.
 """
 
 from __future__ import annotations
@@ -17,9 +17,9 @@ from typing import TYPE_CHECKING, Any
 
 from gpuaudit.model.pci import nvidia_gpus_on_bus
 from gpuaudit.model.snapshot import Gpu, HostSnapshot, HostStatus
+from gpuaudit.policy.defaults import host_policy
 from gpuaudit.rules.audit import NOT_COLLECTED
 from gpuaudit.rules.base import Finding, Severity
-from gpuaudit.rules.policy_defaults import host_policy
 from gpuaudit.rules.software import host_driver_version
 
 if TYPE_CHECKING:

@@ -13,8 +13,8 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
 from gpuaudit.model.snapshot import HostSnapshot
+from gpuaudit.policy.upgrade import UpgradeSettings
 from gpuaudit.rules.base import Finding
-from gpuaudit.upgrade.settings import UpgradeSettings
 
 if TYPE_CHECKING:
     from gpuaudit.policy import Policy

@@ -16,6 +16,7 @@ from datetime import date
 from typing import TYPE_CHECKING
 
 from gpuaudit.model.snapshot import HostStatus
+from gpuaudit.policy.upgrade import UpgradeSettings
 from gpuaudit.rules.base import Finding
 from gpuaudit.upgrade.gate_types import names
 from gpuaudit.upgrade.health import (
@@ -27,7 +28,6 @@ from gpuaudit.upgrade.health import (
     open_critical,
 )
 from gpuaudit.upgrade.inventory import InventoryHost, evaluate_hosts, findings_by_host
-from gpuaudit.upgrade.settings import UpgradeSettings
 
 if TYPE_CHECKING:
     from gpuaudit.policy import Policy

@@ -20,6 +20,7 @@ from datetime import date
 from typing import TYPE_CHECKING, Any, Literal
 
 from gpuaudit.model.snapshot import HostSnapshot, Package
+from gpuaudit.policy.upgrade import UpgradeSettings
 from gpuaudit.rules.base import Finding
 from gpuaudit.rules.software import host_driver_version
 from gpuaudit.rules.versions import is_driver_version, same_version, version_key
@@ -44,7 +45,6 @@ from gpuaudit.upgrade.limits import (
     unavailable_budget,
     unavailable_hosts,
 )
-from gpuaudit.upgrade.settings import UpgradeSettings
 
 if TYPE_CHECKING:
     from gpuaudit.policy import Policy

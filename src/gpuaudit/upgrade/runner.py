@@ -46,6 +46,7 @@ from typing import Any
 
 from gpuaudit.model.snapshot import HostSnapshot
 from gpuaudit.policy import Policy, load_policy
+from gpuaudit.policy.upgrade import UpgradeSettings
 from gpuaudit.report.run import RunDir
 from gpuaudit.upgrade.drain import drain_commands
 from gpuaudit.upgrade.gate_types import GateCheck, GateResult
@@ -61,7 +62,6 @@ from gpuaudit.upgrade.journal import (
 from gpuaudit.upgrade.lease import Lease, LeaseHeld, acquire
 from gpuaudit.upgrade.plan import HostPlan, InventoryHost, RolloutPlan, plan_rollout
 from gpuaudit.upgrade.report import write_rollout_report
-from gpuaudit.upgrade.settings import UpgradeSettings
 
 EXIT_HALTED, EXIT_LEASE, EXIT_PAUSED = 1, 3, 4
 # The steps of deploys/driver_upgrade.py a host goes through, between drain and gate.

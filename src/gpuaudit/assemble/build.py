@@ -48,17 +48,12 @@ import dataclasses
 from collections.abc import Callable
 from typing import Any, TypeVar
 
+from gpuaudit.assemble.status import judge_status
 from gpuaudit.model.snapshot import Gpu, GpuNvLink, HostSnapshot, MigInstance, Section
 
 # The snapshots of hosts that gave no bundle are made in status.py; callers import them here.
 from gpuaudit.model.status import failed_snapshot as failed_snapshot
-from gpuaudit.model.status import (
-    first_line,
-    judge_status,
-    now_utc,
-    one_line,
-    said_by,
-)
+from gpuaudit.model.status import first_line, now_utc, one_line, said_by
 from gpuaudit.model.status import unreachable_snapshot as unreachable_snapshot
 from gpuaudit.parsers.amd_smi import parse_amd_smi_json
 from gpuaudit.parsers.bundle import Bundle

@@ -1,0 +1,159 @@
+"""The audit's stages, and the typed value each hands the next.
+
+    stage     module                          input → output
+    collect   deploy.py (pyinfra), offline.py  a host → parsers.bundle.Bundle (its sections)
+    snapshot  assemble.build                   Bundle → model.snapshot.HostSnapshot
+    evaluate  rules.assess                     [HostSnapshot] + Policy → rules.base.Evaluation
+                                               (findings, and every rule's RuleOutcome per host)
+    register  report.register                  snapshots + Evaluation → the register document
+    render    report.renderers                 RenderInput → one file's text per Renderer
+    store     report.run.RunDir                {file: text} → the run directory
+
+Each stage only does its part: the run directory stores and never evaluates, the renderers
+format one register and never run rules. This module joins the last four for what the audit,
+``gpuaudit report`` and the tests write: :func:`write_report` and :func:`rebuild`.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from gpuaudit.model.snapshot import HostSnapshot
+from gpuaudit.report.provenance import register_provenance
+from gpuaudit.report.register import build_register, utc_now_iso
+from gpuaudit.report.renderers import render_all
+from gpuaudit.report.rollouts import open_rollouts
+from gpuaudit.report.run import HOSTS_DIR, RunDir
+from gpuaudit.report.trends import find_previous, load_previous
+from gpuaudit.rules.base import Evaluation, Finding
+
+if TYPE_CHECKING:
+    from gpuaudit.policy import Policy
+
+
+def evaluate(
+    snapshots: Sequence[HostSnapshot], policy: Policy | Mapping[str, Any] | None = None
+) -> Evaluation:
+    """The rules over the fleet: findings and every rule's outcome on every host."""
+    from gpuaudit.rules import assess  # type: ignore[attr-defined,unused-ignore]
+
+    result: Evaluation = assess(snapshots, policy=policy)
+    return result
+
+
+def assemble_register(
+    run: RunDir,
+    snapshots: Sequence[HostSnapshot],
+    findings: Sequence[Finding] | None = None,
+    *,
+    policy: Policy | Mapping[str, Any] | None = None,
+    generated_at: str | None = None,
+    previous: str | os.PathLike[str] | None = None,
+) -> dict[str, Any]:
+    """The register of the run in ``run`` (register.py), with the open rollouts beside it.
+
+    Without ``findings`` the rules are evaluated (:func:`evaluate`, with ``policy``, which also
+    supplies waivers), and the register records every rule's outcome on every host; findings
+    given by the caller come without outcomes. Trends compare with ``previous`` (a run
+    directory), by default with the newest earlier comparable run next to this one
+    (trends.find_previous). The register's provenance is the one the run recorded
+    (provenance.json).
+    """
+    evaluation = Evaluation(findings=tuple(findings)) if findings is not None else None
+    if evaluation is None:
+        evaluation = evaluate(snapshots, policy)
+    provenance = register_provenance(run.path, policy)
+    if previous is None:
+        previous = find_previous(run.path, [s.host for s in snapshots], provenance.scope)
+    register = build_register(
+        snapshots,
+        list(evaluation.findings),
+        generated_at=generated_at or utc_now_iso(),
+        run_id=run.run_id,
+        policy=policy,
+        previous=load_previous(previous) if previous is not None else None,
+        provenance=provenance,
+        outcomes=evaluation.outcomes if findings is None else None,
+    )
+    register["rollouts"] = open_rollouts(run.path.parent)
+    return register
+
+
+def render_report(
+    run: RunDir,
+    snapshots: Sequence[HostSnapshot],
+    findings: Sequence[Finding] | None = None,
+    *,
+    policy: Policy | Mapping[str, Any] | None = None,
+    generated_at: str | None = None,
+    previous: str | os.PathLike[str] | None = None,
+    fail_on: str | None = None,
+) -> dict[str, str]:
+    """Every file of the run's report, in memory: its path in the run directory → its text,
+    register.json last (:func:`assemble_register`, then every renderer); ``fail_on`` is
+    junit.xml's failure threshold."""
+    register = assemble_register(
+        run, snapshots, findings, policy=policy, generated_at=generated_at, previous=previous
+    )
+    return render_all(register, snapshots, fail_on=fail_on)
+
+
+def write_report(
+    run: RunDir,
+    snapshots: Sequence[HostSnapshot],
+    findings: Sequence[Finding] | None = None,
+    *,
+    policy: Policy | Mapping[str, Any] | None = None,
+    generated_at: str | None = None,
+    previous: str | os.PathLike[str] | None = None,
+    fail_on: str | None = None,
+) -> Path:
+    """Write register.json, index.html, the other views and the docs pages the register cites
+    into ``run``; return index.html.
+
+    Every file is rendered before any is written, and all are renamed into place together at
+    the end, register.json last: a renderer that fails or a disk that fills leaves the previous
+    report whole, never a new register beside a stale page.
+    """
+    files = render_report(
+        run,
+        snapshots,
+        findings,
+        policy=policy,
+        generated_at=generated_at,
+        previous=previous,
+        fail_on=fail_on,
+    )
+    run.store(files)
+    return run.html_path
+
+
+def rebuild(
+    run_dir: RunDir | str | os.PathLike[str],
+    *,
+    policy: Policy | Mapping[str, Any] | None = None,
+    previous: str | os.PathLike[str] | None = None,
+    fail_on: str | None = None,
+) -> Path:
+    """Rebuild register.json and index.html from the run's snapshots (``gpuaudit report``).
+
+    Without ``policy`` the run's own copy (policy.yaml, written by the audit) is used, so a
+    rebuilt register judges the hosts as the audit did; a copy that no longer loads raises
+    PolicyError (a ValueError).
+    """
+    run = run_dir if isinstance(run_dir, RunDir) else RunDir(run_dir)
+    if not run.path.is_dir():
+        raise FileNotFoundError(f"run directory {run.path} does not exist")
+    if not run.hosts_dir.is_dir():
+        raise FileNotFoundError(f"{run.path} holds no {HOSTS_DIR}/ directory: not a gpuaudit run")
+    if policy is None:
+        from gpuaudit.policy import POLICY_FILE, load_policy
+
+        if (run.path / POLICY_FILE).is_file():
+            policy = load_policy(run.path / POLICY_FILE)
+    return write_report(
+        run, run.load_snapshots(), policy=policy, previous=previous, fail_on=fail_on
+    )
