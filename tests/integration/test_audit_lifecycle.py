@@ -66,6 +66,22 @@ def gpuaudit(tmp: Path, *args: str, **env: str) -> subprocess.CompletedProcess[s
     )
 
 
+def plain_pyinfra(
+    tmp: Path, inventory: Path, **env: str
+) -> tuple[subprocess.CompletedProcess[str], str]:
+    """``pyinfra -y INVENTORY deploys/audit.py`` as a user runs it, without gpuaudit's command;
+    the run and all it printed."""
+    done = subprocess.run(
+        [sys.executable, "-m", "pyinfra", "-y", str(inventory), str(REPO / "deploys/audit.py")],
+        cwd=tmp,
+        env=audit_env(tmp, **env),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    return done, done.stdout + done.stderr
+
+
 def host_statuses(run: Path) -> dict[str, dict[str, Any]]:
     register = json.loads((run / "register.json").read_text())
     return {h["name"]: h for h in register["hosts"]}
@@ -160,17 +176,12 @@ def test_a_broken_policy_under_plain_pyinfra_is_a_message_not_a_traceback(
     inventory = write_inventory(tmp_path, {"t4": {"sim_profile": "t4-01"}})
     broken = tmp_path / "broken.yaml"
     broken.write_text("version: 1\nbogus: 1\n", encoding="utf-8")
-    done = subprocess.run(
-        [sys.executable, "-m", "pyinfra", "-y", str(inventory), str(REPO / "deploys/audit.py")],
-        cwd=tmp_path,
-        env=audit_env(
-            tmp_path, GPUAUDIT_POLICY=str(broken), GPUAUDIT_REPORTS_DIR=str(tmp_path / "reports")
-        ),
-        capture_output=True,
-        text=True,
-        timeout=300,
+    done, output = plain_pyinfra(
+        tmp_path,
+        inventory,
+        GPUAUDIT_POLICY=str(broken),
+        GPUAUDIT_REPORTS_DIR=str(tmp_path / "reports"),
     )
-    output = done.stdout + done.stderr
     assert done.returncode != 0
     assert "Traceback" not in output, output
     assert f"{broken}:2:1: unknown key 'bogus'" in output
@@ -271,15 +282,7 @@ def test_a_run_directory_that_cannot_be_written_is_a_message_under_plain_pyinfra
     run = tmp_path / "run"
     run.mkdir()
     (run / "hosts").write_text("a file where the snapshots should go\n", encoding="utf-8")
-    done = subprocess.run(
-        [sys.executable, "-m", "pyinfra", "-y", str(inventory), str(REPO / "deploys/audit.py")],
-        cwd=tmp_path,
-        env=audit_env(tmp_path, GPUAUDIT_RUN_DIR=str(run)),
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    output = done.stdout + done.stderr
+    done, output = plain_pyinfra(tmp_path, inventory, GPUAUDIT_RUN_DIR=str(run))
     assert done.returncode != 0
     assert "Traceback" not in output, output
     assert f"gpuaudit: cannot write the snapshot in {run / 'hosts'}" in output
