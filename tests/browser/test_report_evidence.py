@@ -72,3 +72,23 @@ def test_xid_storm_is_a_few_incidents_with_raw_lines(
     first.locator("details.excerpt summary").click()
     expect(raw).to_be_visible()
     assert raw.text_content().splitlines()[0] == events[0].raw
+
+
+def test_a_host_checklist_names_what_it_could_not_verify_and_why(
+    open_report: Callable[..., ReportPage], demo: DemoPage
+) -> None:
+    # v100-02's driver does not answer: its GPU list could not be read, so the checklist item
+    # that needs it is not verified, and counted against the score rather than passed.
+    entry = demo.register["checklists"]["pre_production"]["hosts"]["v100-02"]
+    unknown = entry["unknown_items"]
+    assert unknown and entry["unknown_reasons"][unknown[0]]
+    report = open_report(demo.html)
+    page = report.page
+    section = page.locator("details.host", has=page.locator(".host-name", has_text="v100-02"))
+    section.locator("summary").first.click()
+    listed = section.locator("ul.not-verified li")
+    expect(listed.first).to_contain_text(f"not verified: {unknown[0]}")
+    expect(listed.first).to_contain_text(entry["unknown_reasons"][unknown[0]][0])
+    healthy = page.locator("details.host", has=page.locator(".host-name", has_text="a10g-01"))
+    healthy.locator("summary").first.click()
+    expect(healthy.locator("ul.not-verified")).to_have_count(0)

@@ -157,3 +157,12 @@ def test_packages_keep_held_and_skip_not_installed() -> None:
         ("nvidia-driver-550", True),
         ("libnvidia-compute-550", False),
     ]
+
+
+def test_boot_time_from_proc_stat_btime() -> None:
+    from gpuaudit.parsers.system import boot_time
+
+    assert boot_time(parse_meta("kernel=6.1\nbtime=1717200000\n")) == "2024-06-01T00:00:00Z"
+    assert boot_time(parse_meta("kernel=6.1\n")) is None  # an older collector: not said
+    for wrong in ("btime=", "btime=-5", "btime=12", "btime=99999999999999", "btime=1e9"):
+        assert boot_time(parse_meta(wrong)) is None, wrong

@@ -21,7 +21,7 @@ from gpuaudit.assemble.build import build_snapshot
 from gpuaudit.model.snapshot import HostSnapshot
 from gpuaudit.report.html import render_html
 from gpuaudit.report.register import build_register
-from gpuaudit.rules import evaluate
+from gpuaudit.rules import assess
 from gpuaudit.rules.base import Finding, Owner, Severity
 from gpuaudit.sim.host import materialize
 from gpuaudit.sim.profiles import PROFILES, expected_gpu_count
@@ -173,10 +173,16 @@ def demo_snapshot(name: str, sim_dir: Path) -> HostSnapshot:
 
 
 def demo_page(names: tuple[str, ...], sim_dir: Path) -> DemoPage:
-    """The demo hosts ``names`` audited by the rules (default policy) and rendered as a page."""
+    """The demo hosts ``names`` audited by the rules (default policy, every rule's outcome
+    recorded, as an audit does) and rendered as a page."""
     snapshots = [demo_snapshot(name, sim_dir) for name in names]
+    evaluation = assess(snapshots)
     register = build_register(
-        snapshots, evaluate(snapshots), generated_at=GENERATED_AT, run_id="demo"
+        snapshots,
+        list(evaluation.findings),
+        generated_at=GENERATED_AT,
+        run_id="demo",
+        outcomes=evaluation.outcomes,
     )
     return DemoPage(
         {snap.host: snap for snap in snapshots}, register, render_html(register, snapshots)

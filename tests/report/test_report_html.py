@@ -331,6 +331,16 @@ def test_incident_times_say_which_clock_they_read(
     assert incident["count"] == count
 
 
+def test_seconds_since_boot_are_dated_from_the_hosts_boot_time() -> None:
+    events = _log_events("issue-chia-gigahorse-301-xid31-ce2-priv-violation-xid62-xid45-dmesg.log")
+    undated = xid_view(events)["incidents"][0]
+    dated = xid_view(events, "2025-03-01T08:00:00Z")["incidents"][0]
+    assert undated["first_seen"] == "3 h 58 min 48 s after boot"
+    assert dated["first_seen"] == "2025-03-01 11:58:48 UTC from boot"
+    # A boot time that is not one leaves the times as time after boot.
+    assert xid_view(events, "yesterday")["incidents"][0]["first_seen"] == undated["first_seen"]
+
+
 def test_legacy_fallen_off_bus_lines_form_an_incident() -> None:
     view = xid_view(_log_events("issue-bumblebee-554-legacy-gpu-fallen-off-bus-no-xid.log"))
     assert [(i["what"], i["gpu"], i["count"]) for i in view["incidents"]] == [
@@ -439,13 +449,16 @@ def test_xid_storm_is_shown_as_incidents(demo: DemoPage) -> None:
     assert len(xid["incidents"]) <= 3
     assert all(len(i["raw"].splitlines()) <= MAX_RAW_LINES + 1 for i in xid["incidents"])
     assert xid["incidents"][0]["first_seen"] == "2025-01-21 02:21:33 UTC"
-    # A boot-relative log is labelled as such; the GPU that fell off the bus is no longer in
-    # nvidia-smi's list, so its bus id names it.
-    fallen = _demo_host(demo, "a100-hgx-05")["xid"]["incidents"]
+    # A boot-relative log is dated from the boot time the host gave (its /proc/stat btime);
+    # the GPU that fell off the bus is no longer in nvidia-smi's list, so its bus id names it.
+    assert demo.snapshots["a100-hgx-05"].os.boot_time == "2024-06-01T00:00:00Z"
+    fallen_view = _demo_host(demo, "a100-hgx-05")["xid"]
+    fallen = fallen_view["incidents"]
     assert [(i["what"], i["gpu"]) for i in fallen] == [
         ("XID 79", "0000:90:00.0 (not a listed GPU)")
     ]
-    assert fallen[0]["first_seen"] == "3 h 59 min 30 s after boot"
+    assert fallen[0]["first_seen"] == "2024-06-01 03:59:30 UTC from boot"
+    assert any("/proc/stat" in note for note in fallen_view["notes"])
 
 
 def test_slowdown_finding_reads_without_missing_values(demo: DemoPage) -> None:

@@ -99,6 +99,10 @@ s_meta() {
   echo "kernel=$(uname -r)"
   echo "date=$(date -u +%Y-%m-%dT%H:%M:%SZ)"
   echo "uid=$(id -u)"
+  # When the host booted (seconds since the epoch): what turns dmesg's seconds into dates.
+  ga_cat /proc/stat 2>/dev/null | while read -r key value rest; do
+    if [ "$key" = btime ]; then echo "btime=$value"; break; fi
+  done
 }
 s_tools() {
   for t in nvidia-smi rocm-smi amd-smi dmesg journalctl systemctl dpkg-query apt-mark rpm lspci timeout python3; do

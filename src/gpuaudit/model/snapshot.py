@@ -283,6 +283,8 @@ class OsInfo:
     version_id: str | None = None
     kernel: str | None = None
     hostname: str | None = None
+    # When the host booted, ISO 8601 UTC (/proc/stat btime): dmesg's [seconds] count from it.
+    boot_time: str | None = None
 
 
 @dataclass(frozen=True)

@@ -9,6 +9,7 @@ manager notice) must not lose the rest.
 from __future__ import annotations
 
 import re
+from datetime import datetime, timezone
 
 from gpuaudit.model.snapshot import DeviceNode, OsInfo, Package, PciDevice, Service, bus_key
 from gpuaudit.parsers.errors import ParseError
@@ -37,8 +38,22 @@ def parse_key_values(text: str) -> dict[str, str]:
 
 
 def parse_meta(text: str) -> dict[str, str]:
-    """The meta section: ``hostname=``, ``kernel=``, ``date=``, ``uid=``."""
+    """The meta section: ``hostname=``, ``kernel=``, ``date=``, ``uid=``, ``btime=``."""
     return parse_key_values(text)
+
+
+# Boot times a host can give: after 1990, before 2100 (anything else is a clock gone wrong).
+_BTIME_RANGE = (631152000, 4102444800)
+
+
+def boot_time(meta: dict[str, str]) -> str | None:
+    """When the host booted, in ISO 8601 UTC, from /proc/stat's ``btime`` (meta ``btime=``);
+    None when the host did not say or said something no clock gives."""
+    value = meta.get("btime", "").strip()
+    if not value.isdigit() or not _BTIME_RANGE[0] <= int(value) < _BTIME_RANGE[1]:
+        return None
+    moment = datetime.fromtimestamp(int(value), timezone.utc)
+    return moment.strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def parse_tools(text: str) -> dict[str, bool]:
@@ -63,6 +78,7 @@ def os_info(os_release: dict[str, str], meta: dict[str, str]) -> OsInfo:
         version_id=os_release.get("VERSION_ID") or None,
         kernel=meta.get("kernel") or None,
         hostname=meta.get("hostname") or None,
+        boot_time=boot_time(meta),
     )
 
 

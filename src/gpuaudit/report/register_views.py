@@ -334,12 +334,22 @@ def host_checklists(register: Mapping[str, Any]) -> dict[str, list[dict[str, Any
                 continue
             failed = [str(i) for i in _as_list(entry.get("failed_items"))]
             unknown = [str(i) for i in _as_list(entry.get("unknown_items"))]
+            reasons = entry.get("unknown_reasons")
+            why = reasons if isinstance(reasons, Mapping) else {}
             by_host.setdefault(str(host), []).append(
                 {
                     "title": str(checklist.get("title") or key),
                     **_score(entry),
-                    "failed": [f"{i}: {texts[i]}" if texts.get(i) else i for i in failed],
-                    "not_verified": [f"{i}: {texts[i]}" if texts.get(i) else i for i in unknown],
+                    "failed": [_item_line(i, texts) for i in failed],
+                    "not_verified": [_item_line(i, texts, why.get(i)) for i in unknown],
                 }
             )
     return by_host
+
+
+def _item_line(item: str, texts: Mapping[str, str], why: Any = None) -> str:
+    """A checklist item as the host's checklist lists it: its id, its text, and why it could
+    not be verified where that is known."""
+    line = f"{item}: {texts[item]}" if texts.get(item) else item
+    reasons = "; ".join(str(w) for w in (why if isinstance(why, (list, tuple)) else [why]) if w)
+    return f"{line} — {reasons}" if reasons else line

@@ -8,14 +8,16 @@ seen. The raw lines stay one click away, a bounded number of them per incident: 
 Times are read from the line prefixes the kernel-log parser kept as printed
 (parsers/kernel_log.py). A stamp with a time zone (``dmesg --time-format=iso``) is shown in UTC;
 one without (``dmesg -T``, journalctl, syslog) is the host's own clock and says so; ``dmesg``'s
-plain ``[seconds]`` counts from the host's boot, and the snapshot does not record when that
-was, so such times are shown as time after boot.
+plain ``[seconds]`` counts from the host's boot: added to the boot time the host gave
+(``OsInfo.boot_time``, /proc/stat's btime) they are shown in UTC, marked as derived, and as
+time after boot where the snapshot has no boot time.
 
 Like views.py, this module returns plain values; the template and the page script escape them.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import math
 import re
@@ -34,8 +36,13 @@ _FIRST_RAW_LINES = 5
 MAX_INCIDENTS = 100
 
 # How a stamp's clock is labelled on the page, and what the note under the table says of it.
-UTC, HOST_CLOCK, SINCE_BOOT, NO_TIME = "utc", "host", "boot", "none"
+UTC, HOST_CLOCK, SINCE_BOOT, FROM_BOOT, NO_TIME = "utc", "host", "boot", "from_boot", "none"
 CLOCK_NOTES = {
+    FROM_BOOT: (
+        "“UTC from boot”: the kernel log printed the seconds since the host booted, added to "
+        "the boot time the host gives (/proc/stat); a host suspended since would show them "
+        "early, as dmesg -T does."
+    ),
     HOST_CLOCK: "“host clock”: the host's local time as its log printed it (time zone unknown).",
     SINCE_BOOT: (
         "“after boot”: the kernel log printed only the seconds since the host booted, and "
@@ -135,8 +142,9 @@ def _ctime(match: re.Match[str]) -> LogTime | None:
     return LogTime(0, value, HOST_CLOCK, f"{_wall_clock(moment)} host clock")
 
 
-def log_time(stamp: str | None) -> LogTime:
-    """Read a kernel-log timestamp as printed: ISO, ctime, syslog, ``[seconds]`` since boot.
+def log_time(stamp: str | None, booted: float | None = None) -> LogTime:
+    """Read a kernel-log timestamp as printed: ISO, ctime, syslog, ``[seconds]`` since boot
+    (a UTC time when ``booted``, the boot's epoch seconds, is known).
 
     A stamp that is none of these keeps its printed text and sorts with the stamp-less lines.
     """
@@ -147,10 +155,30 @@ def log_time(stamp: str | None) -> LogTime:
     if match := _ISO.search(text):
         read = _iso(match)
     elif (match := _UPTIME.match(text)) and math.isfinite(seconds := float(match.group(1))):
-        read = LogTime(2, seconds, SINCE_BOOT, _since_boot(seconds))
+        read = _from_boot(seconds, booted)
     elif (match := _CTIME.search(text)) and match.group(1) in _MONTHS:
         read = _ctime(match)
     return read or dataclasses.replace(_NONE, text=text)
+
+
+def _from_boot(seconds: float, booted: float | None) -> LogTime:
+    if booted is not None:
+        with contextlib.suppress(OverflowError, OSError, ValueError):
+            moment = datetime.fromtimestamp(booted + seconds, timezone.utc)
+            return LogTime(0, booted + seconds, FROM_BOOT, f"{_wall_clock(moment)} UTC from boot")
+    return LogTime(2, seconds, SINCE_BOOT, _since_boot(seconds))
+
+
+def _epoch(iso: str | None) -> float | None:
+    """An ISO 8601 UTC time (``2026-12-01T09:00:00Z``) as epoch seconds; None if it is not one."""
+    try:
+        return (
+            datetime.strptime(iso or "", "%Y-%m-%dT%H:%M:%SZ")
+            .replace(tzinfo=timezone.utc)
+            .timestamp()
+        )
+    except ValueError:
+        return None
 
 
 def timestamp_key(stamp: str | None) -> tuple[int, float]:
@@ -220,9 +248,11 @@ def _incidents(timed: Sequence[tuple[XidEvent, LogTime]]) -> list[XidIncident]:
     ]
 
 
-def xid_view(events: Sequence[XidEvent]) -> dict[str, Any]:
-    """A host's XID section as page data: its incidents and notes on the clocks they read."""
-    timed = [(event, log_time(event.timestamp)) for event in events]
+def xid_view(events: Sequence[XidEvent], boot_time: str | None = None) -> dict[str, Any]:
+    """A host's XID section as page data: its incidents and notes on the clocks they read.
+    ``boot_time`` (ISO 8601 UTC) dates the stamps that count seconds since boot."""
+    booted = _epoch(boot_time)
+    timed = [(event, log_time(event.timestamp, booted)) for event in events]
     incidents = _incidents(timed)
     clocks = {time.clock for _, time in timed}
     return {

@@ -31,6 +31,9 @@ INSIDE_ENV = {STATE_ENV: f"/{STATE_FILE}", "GPUAUDIT_NVML": "0"}
 REAL_TOOLS_DIR = "var/lib/gpuaudit-sim/real"
 # Changes at every boot; what a caller reads to tell that a host it reaches again rebooted.
 BOOT_ID = "proc/sys/kernel/random/boot_id"
+PROC_STAT = "proc/stat"
+# When a host not rebooted since it was built booted (2024-06-01T00:00:00Z).
+DEFAULT_BOOT_TIME = 1717200000
 # The skeleton every isolated root is built on carries this file at its top.
 _ISOLATED_MARKER = "/.gpuaudit-base"
 
@@ -95,9 +98,16 @@ def sync_root(state: State, root: Path) -> None:
 
     _write(root / PROC_MODULES, proc_modules(state))
     _write(root / BOOT_ID, boot_id(state) + "\n")
+    _write(root / PROC_STAT, f"btime {boot_time(state)}\n")
     for key, value in state.get("sysctls", {}).items():
         _write(sysctl_path(root, key), f"{value}\n")
     _sync_device_nodes(state, root / "dev")
+
+
+def boot_time(state: State) -> int:
+    """When the current boot began, seconds since the epoch (``btime`` in /proc/stat): set at
+    every reboot (rehearsal.after_reboot), DEFAULT_BOOT_TIME before the first."""
+    return int(state.get("boot_time") or DEFAULT_BOOT_TIME)
 
 
 def boot_id(state: State) -> str:

@@ -78,7 +78,9 @@ def run_journalctl(argv: list[str], state_path: Path) -> int:
         return _refuse("journalctl", "a journal query other than -k")
     state = load_state(state_path)
     # One fixed stamp: the captures' own times are in formats journalctl does not print.
-    stamp = time.strftime("%b %d %H:%M:%S", time.gmtime(int(state.get("boot_time", 1717200000))))
+    from gpuaudit.sim.rootfs import boot_time
+
+    stamp = time.strftime("%b %d %H:%M:%S", time.gmtime(boot_time(state)))
     for line in state.get("kernel_log", []):
         print(f"{stamp} {state['hostname']} kernel: {_KLOG_PREFIX.sub('', line, count=1)}")
     return 0

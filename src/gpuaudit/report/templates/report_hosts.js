@@ -167,6 +167,13 @@ function checklistBlock(checklists) {
       var failed = item.appendChild(el("ul", "small"));
       c.failed.forEach(function (text) { add(failed, el("li", "fail", text)); });
     }
+    // Items the audit could not verify count against the score: say which, and why.
+    if (c.not_verified && c.not_verified.length) {
+      var unknown = item.appendChild(el("ul", "small not-verified"));
+      c.not_verified.forEach(function (text) {
+        add(unknown, el("li", "muted", "not verified: " + text));
+      });
+    }
   });
   return block;
 }
