@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -44,61 +45,58 @@ def evaluate(
     return result
 
 
-def assemble_register(
-    run: RunDir,
-    snapshots: Sequence[HostSnapshot],
-    findings: Sequence[Finding] | None = None,
-    *,
-    policy: Policy | Mapping[str, Any] | None = None,
-    generated_at: str | None = None,
-    previous: str | os.PathLike[str] | None = None,
-) -> dict[str, Any]:
+@dataclass(frozen=True)
+class ReportRequest:
+    """What a report of one run is built from: the run's snapshots, the findings when the
+    caller has judged them already (None: the rules are evaluated, with every rule's outcome),
+    the policy (settings and waivers), the time it is generated, the run to compare with
+    (None: the newest earlier comparable run) and junit.xml's failure threshold."""
+
+    snapshots: Sequence[HostSnapshot]
+    findings: Sequence[Finding] | None = None
+    policy: Policy | Mapping[str, Any] | None = None
+    generated_at: str | None = None
+    previous: str | os.PathLike[str] | None = None
+    fail_on: str | None = None
+
+
+def assemble_register(run: RunDir, request: ReportRequest) -> dict[str, Any]:
     """The register of the run in ``run`` (register.py), with the open rollouts beside it.
 
-    Without ``findings`` the rules are evaluated (:func:`evaluate`, with ``policy``, which also
+    Without findings the rules are evaluated (:func:`evaluate`, with the policy, which also
     supplies waivers), and the register records every rule's outcome on every host; findings
-    given by the caller come without outcomes. Trends compare with ``previous`` (a run
-    directory), by default with the newest earlier comparable run next to this one
-    (trends.find_previous). The register's provenance is the one the run recorded
-    (provenance.json).
+    given by the caller come without outcomes. Trends compare with the request's previous run,
+    by default with the newest earlier comparable run next to this one (trends.find_previous).
+    The register's provenance is the one the run recorded (provenance.json).
     """
-    evaluation = Evaluation(findings=tuple(findings)) if findings is not None else None
-    if evaluation is None:
+    snapshots, policy = request.snapshots, request.policy
+    if request.findings is None:
         evaluation = evaluate(snapshots, policy)
+    else:
+        evaluation = Evaluation(findings=tuple(request.findings))
     provenance = register_provenance(run.path, policy)
+    previous = request.previous
     if previous is None:
         previous = find_previous(run.path, [s.host for s in snapshots], provenance.scope)
     register = build_register(
         snapshots,
         list(evaluation.findings),
-        generated_at=generated_at or utc_now_iso(),
+        generated_at=request.generated_at or utc_now_iso(),
         run_id=run.run_id,
         policy=policy,
         previous=load_previous(previous) if previous is not None else None,
         provenance=provenance,
-        outcomes=evaluation.outcomes if findings is None else None,
+        outcomes=evaluation.outcomes if request.findings is None else None,
     )
     register["rollouts"] = open_rollouts(run.path.parent)
     return register
 
 
-def render_report(
-    run: RunDir,
-    snapshots: Sequence[HostSnapshot],
-    findings: Sequence[Finding] | None = None,
-    *,
-    policy: Policy | Mapping[str, Any] | None = None,
-    generated_at: str | None = None,
-    previous: str | os.PathLike[str] | None = None,
-    fail_on: str | None = None,
-) -> dict[str, str]:
+def render_report(run: RunDir, request: ReportRequest) -> dict[str, str]:
     """Every file of the run's report, in memory: its path in the run directory → its text,
-    register.json last (:func:`assemble_register`, then every renderer); ``fail_on`` is
-    junit.xml's failure threshold."""
-    register = assemble_register(
-        run, snapshots, findings, policy=policy, generated_at=generated_at, previous=previous
-    )
-    return render_all(register, snapshots, fail_on=fail_on)
+    register.json last (:func:`assemble_register`, then every renderer)."""
+    register = assemble_register(run, request)
+    return render_all(register, request.snapshots, fail_on=request.fail_on)
 
 
 def write_report(
@@ -112,22 +110,14 @@ def write_report(
     fail_on: str | None = None,
 ) -> Path:
     """Write register.json, index.html, the other views and the docs pages the register cites
-    into ``run``; return index.html.
+    into ``run`` (the arguments are those of a :class:`ReportRequest`); return index.html.
 
     Every file is rendered before any is written, and all are renamed into place together at
     the end, register.json last: a renderer that fails or a disk that fills leaves the previous
     report whole, never a new register beside a stale page.
     """
-    files = render_report(
-        run,
-        snapshots,
-        findings,
-        policy=policy,
-        generated_at=generated_at,
-        previous=previous,
-        fail_on=fail_on,
-    )
-    run.store(files)
+    request = ReportRequest(snapshots, findings, policy, generated_at, previous, fail_on)
+    run.store(render_report(run, request))
     return run.html_path
 
 

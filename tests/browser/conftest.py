@@ -15,11 +15,11 @@ import os
 import shutil
 import sys
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import pytest
+from report_page import ReportPage
 
 try:
     from playwright.sync_api import expect, sync_playwright
@@ -67,24 +67,6 @@ def browser() -> Iterator[Any]:
         expect.set_options(timeout=TIMEOUT_MS)
         yield browser
         browser.close()
-
-
-@dataclass
-class ReportPage:
-    """An opened report and everything it did."""
-
-    page: Any
-    url: str
-    requests: list[str] = field(default_factory=list)
-    console_errors: list[str] = field(default_factory=list)
-    page_errors: list[str] = field(default_factory=list)
-    dialogs: list[str] = field(default_factory=list)
-
-    def visible_risks(self) -> Any:
-        return self.page.locator("#risks-table tbody.risk:not(.filtered-out)")
-
-    def visible_hosts(self) -> Any:
-        return self.page.locator("details.host:not(.filtered-out)")
 
 
 @pytest.fixture

@@ -5,9 +5,9 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import pytest
-from conftest import ReportPage
 from page_factories import EXPIRED_REASON, WAIVER_REASON, full_register
 from playwright.sync_api import expect
+from report_page import ReportPage
 
 from gpuaudit.report.html import render_html
 

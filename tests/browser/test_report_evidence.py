@@ -6,9 +6,9 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import pytest
-from conftest import ReportPage
 from page_factories import DemoPage, demo_page
 from playwright.sync_api import expect
+from report_page import ReportPage
 
 HOSTS = ("a100-hgx-02", "a10g-01", "v100-02")
 

@@ -11,8 +11,8 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from conftest import ReportPage
 from playwright.sync_api import expect
+from report_page import ReportPage
 from synthetic_fleet import synthetic_fleet
 
 from gpuaudit.report.html import render_html

@@ -6,9 +6,9 @@ import re
 from collections.abc import Callable
 
 import pytest
-from conftest import ReportPage
 from page_factories import full_register
 from playwright.sync_api import expect
+from report_page import ReportPage
 
 from gpuaudit.report.html import render_html
 

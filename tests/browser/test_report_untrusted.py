@@ -5,9 +5,9 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable
 
-from conftest import ReportPage
 from playwright.sync_api import expect
 from report_factories import EVIL, GENERATED_AT, evil_host, finding, gpu, healthy_host
+from report_page import ReportPage
 
 from gpuaudit.model.snapshot import XidEvent
 from gpuaudit.report.html import render_html

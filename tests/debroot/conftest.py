@@ -38,6 +38,19 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from debroot_packages import (
+    CANARY,
+    CANARY_NEW,
+    CANARY_OLD,
+    DRIVER_PACKAGES,
+    NEW,
+    OLD,
+    RPM_CANARY_NEW,
+    RPM_CANARY_OLD,
+    RPM_NEW,
+    RPM_OLD,
+    RPM_PACKAGES,
+)
 
 REPO = Path(__file__).resolve().parents[2]
 HERE = Path(__file__).resolve().parent
@@ -49,33 +62,6 @@ DNF_BASE = f"{SUITE}-minbase-dnf"
 DNF_INCLUDE = ("dnf", "dnf-plugins-core", "rpm", "createrepo-c")
 DEFAULT_MIRROR = "http://deb.debian.org/debian"
 CHROOT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
-
-OLD = "550.90.07-0ubuntu1"
-NEW = "550.127.05-0ubuntu1"
-# Dummy packages named like NVIDIA's: name → packages it depends on at exactly its own version.
-DRIVER_PACKAGES: dict[str, tuple[str, ...]] = {
-    "libnvidia-compute-550": (),
-    "nvidia-driver-550": ("libnvidia-compute-550",),
-    "nvidia-fabricmanager-550": ("nvidia-driver-550",),
-    "libnvidia-nscq-550": (),
-}
-# An unrelated package with an upgrade too: a pinned driver must not freeze the whole host.
-CANARY = "gpuaudit-canary"
-CANARY_OLD = "1.0-1"
-CANARY_NEW = "1.1-1"
-
-# The rpm host's driver packages, named as in NVIDIA's RHEL repositories: name → (epoch,
-# release, packages it requires at exactly its own epoch:version-release).
-RPM_OLD = "550.90.07"
-RPM_NEW = "550.127.05"
-RPM_PACKAGES: dict[str, tuple[str | None, str, tuple[str, ...]]] = {
-    "nvidia-driver-libs": ("3", "1.el9", ()),
-    "nvidia-driver": ("3", "1.el9", ("nvidia-driver-libs",)),
-    "nvidia-fabric-manager": (None, "1", ("nvidia-driver",)),
-    "libnvidia-nscq-550": (None, "1", ()),
-}
-RPM_CANARY_OLD = "1.0"
-RPM_CANARY_NEW = "1.1"
 
 SYSCTL_README = (
     "Files in /etc/sysctl.d/ are read by sysctl --system in the order of their names;\n"

@@ -5,7 +5,7 @@ new (available) version."""
 from __future__ import annotations
 
 import pytest
-from conftest import CANARY, CANARY_NEW, CANARY_OLD, DRIVER_PACKAGES, NEW, OLD
+from debroot_packages import CANARY, CANARY_NEW, CANARY_OLD, DRIVER_PACKAGES, NEW, OLD
 
 PIN_FILE = "/etc/apt/preferences.d/gpuaudit-nvidia-driver"
 PIN = "Pin the NVIDIA driver packages"

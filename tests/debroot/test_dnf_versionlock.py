@@ -5,7 +5,7 @@ repositories, at an old (installed) and a new (available) version."""
 
 from __future__ import annotations
 
-from conftest import CANARY, RPM_CANARY_NEW, RPM_CANARY_OLD, RPM_NEW, RPM_OLD, RPM_PACKAGES
+from debroot_packages import CANARY, RPM_CANARY_NEW, RPM_CANARY_OLD, RPM_NEW, RPM_OLD, RPM_PACKAGES
 
 PIN = "Pin the NVIDIA driver packages"
 UNPIN = "Release the NVIDIA driver packages"

@@ -4,7 +4,16 @@
 
 from __future__ import annotations
 
-from conftest import CANARY, CANARY_OLD, DRIVER_PACKAGES, NEW, OLD, RPM_NEW, RPM_OLD, RPM_PACKAGES
+from debroot_packages import (
+    CANARY,
+    CANARY_OLD,
+    DRIVER_PACKAGES,
+    NEW,
+    OLD,
+    RPM_NEW,
+    RPM_OLD,
+    RPM_PACKAGES,
+)
 
 from gpuaudit.facts.upgrade import parse_apt_policy
 

@@ -6,7 +6,6 @@ connections while the host reboots (sshgate.PowerSwitch).
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import subprocess
@@ -23,30 +22,22 @@ from gpuaudit.sim.rehearsal import arm
 from gpuaudit.sim.sshgate import PowerSwitch, gate_command
 from gpuaudit.sim.state import edit_state
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "sim"))
+from simhelpers import machine_fingerprint
+
 REPO = Path(__file__).resolve().parents[2]
 OLD, TARGET = "515.105.01", "535.161.08"
 STAGES = {"ssh-canary-01": "canary", "ssh-wave1-01": "wave1", "ssh-wave2-01": "wave2"}
 
 pytestmark = pytest.mark.slow
 
-# Files of this machine a driver upgrade would change if it ran here.
+# Files of this machine a driver upgrade would change if it ran here (and its package list).
 WATCHED = (
     "/var/lib/dpkg/status",
     "/etc/apt/preferences.d",
     "/etc/modprobe.d",
     "/etc/sysctl.d",
 )
-
-
-def fingerprint() -> dict[str, str]:
-    seen: dict[str, str] = {}
-    for name in WATCHED:
-        path = Path(name)
-        files = sorted(path.rglob("*")) if path.is_dir() else [path]
-        for file in files:
-            if file.is_file():
-                seen[str(file)] = hashlib.sha256(file.read_bytes()).hexdigest()
-    return seen
 
 
 def key_fingerprint(key: Path) -> str:
@@ -80,7 +71,7 @@ def test_a_rollout_over_real_ssh_upgrades_three_hosts_and_rides_out_a_reboot(
         {keys[name]: {"HOME": str(home)} for name in STAGES},
         {keys[name]: gate_command(sims, name) for name in STAGES},
     )
-    machine_before = fingerprint()
+    machine_before = machine_fingerprint(WATCHED, dpkg=True)
     with ExitStack() as stack:
         switches = {
             name: stack.enter_context(PowerSwitch(hosts[name].state_file, sshd.port))
@@ -155,4 +146,4 @@ def test_a_rollout_over_real_ssh_upgrades_three_hosts_and_rides_out_a_reboot(
         assert log.count(key_fingerprint(keys[name])) >= 5, name
     assert "subsystem request for sftp" in log or "request exec" in log
     # Nothing of this machine changed.
-    assert fingerprint() == machine_before
+    assert machine_fingerprint(WATCHED, dpkg=True) == machine_before

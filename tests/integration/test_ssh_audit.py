@@ -33,6 +33,24 @@ def _ssh_host(name: str, port: int, user: str, key: Path, known_hosts: Path, **d
     )
 
 
+def audit(
+    tmp_path: Path, hosts: list, run_id: str
+) -> tuple[subprocess.CompletedProcess[str], Path]:
+    """``gpuaudit audit`` over an inventory of ``hosts``: the run, and its run directory."""
+    inventory = tmp_path / "inventory.py"
+    inventory.write_text(f"gpu_hosts = {hosts!r}\n")
+    reports = tmp_path / "reports"
+    result = subprocess.run(
+        [sys.executable, "-m", "gpuaudit.cli", "audit", str(inventory),
+         "--reports-dir", str(reports), "--run-id", run_id],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )  # fmt: skip
+    return result, reports / run_id
+
+
 def test_audit_over_real_ssh(tmp_path, start_sshd, ssh_keygen, unused_port) -> None:
     sims = tmp_path / "sim"
     remap = materialize("a100-hgx-02", "a100-hgx-02", sims)  # row remap pending on GPU 3
@@ -53,20 +71,8 @@ def test_audit_over_real_ssh(tmp_path, start_sshd, ssh_keygen, unused_port) -> N
         _ssh_host("gpu-refused", sshd.port, sshd.user, key_unknown, known),
         _ssh_host("gpu-down", unused_port(), sshd.user, key_remap, known),
     ]  # fmt: skip
-    inventory = tmp_path / "inventory.py"
-    inventory.write_text(f"gpu_hosts = {hosts!r}\n")
-
-    reports = tmp_path / "reports"
-    result = subprocess.run(
-        [sys.executable, "-m", "gpuaudit.cli", "audit", str(inventory),
-         "--reports-dir", str(reports), "--run-id", "ssh-run"],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )  # fmt: skip
+    result, run = audit(tmp_path, hosts, "ssh-run")
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
-    run = reports / "ssh-run"
     register = json.loads((run / "register.json").read_text())
 
     hosts_by_name = {h["name"]: h for h in register["hosts"]}
@@ -106,20 +112,9 @@ def test_audit_where_no_ssh_host_answers(tmp_path, ssh_keygen, unused_port) -> N
     known = tmp_path / "known_hosts"
     ports = {"gpu-a": unused_port(), "gpu-b": unused_port()}
     hosts = [_ssh_host(name, port, "nobody", key, known) for name, port in ports.items()]
-    inventory = tmp_path / "inventory.py"
-    inventory.write_text(f"gpu_hosts = {hosts!r}\n")
-    reports = tmp_path / "reports"
-    result = subprocess.run(
-        [sys.executable, "-m", "gpuaudit.cli", "audit", str(inventory),
-         "--reports-dir", str(reports), "--run-id", "down"],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )  # fmt: skip
+    result, run = audit(tmp_path, hosts, "down")
     output = result.stdout[-3000:] + result.stderr[-3000:]
     assert result.returncode == 1, output
-    run = reports / "down"
     for name in ("register.json", "index.html", "register.csv", "junit.xml", "gpuaudit.prom"):
         assert (run / name).is_file(), (name, output)
     register = json.loads((run / "register.json").read_text())

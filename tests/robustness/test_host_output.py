@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import base64
 import json
-import os
 import resource
 import shlex
 import subprocess
@@ -31,7 +30,6 @@ from pathlib import Path
 import pytest
 
 from gpuaudit.assemble.build import build_snapshot
-from gpuaudit.collect import collector_script
 from gpuaudit.inspect import inspect_file
 from gpuaudit.model.snapshot import HostSnapshot
 from gpuaudit.parsers.bundle import Bundle, parse_bundle, parse_bundle_text
@@ -39,6 +37,9 @@ from gpuaudit.parsers.limits import FLOOR_BYTES, INPUT_BYTES, OUTPUT_BYTES, SECT
 from gpuaudit.rules import evaluate
 from gpuaudit.sim.host import SimHost, materialize
 from gpuaudit.sim.state import save_state
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "sim"))
+from simhelpers import collector_output
 
 MIB = 1024 * 1024
 FIXTURES = Path(__file__).parents[1] / "fixtures"
@@ -51,19 +52,7 @@ def host(tmp_path: Path, profile: str) -> SimHost:
 
 def run_collector(sim: SimHost, front: Path | None = None, **env: str) -> str:
     """The collector's output on ``sim``; tools in ``front`` come before the host's own."""
-    path = sim.env()["PATH"]
-    full_env = {**os.environ, **sim.env(), **env}
-    if front is not None:
-        full_env["PATH"] = f"{front}{os.pathsep}{path}"
-    done = subprocess.run(
-        ["sh", "-c", collector_script("r0bust")],
-        env=full_env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=True,
-    )
-    return done.stdout
+    return collector_output(sim, front, timeout=300, **env)
 
 
 def tool(directory: Path, name: str, script: str) -> Path:

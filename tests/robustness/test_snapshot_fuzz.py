@@ -37,7 +37,7 @@ import pytest
 
 from gpuaudit.model.decode import join_path
 from gpuaudit.model.snapshot import HostSnapshot, HostStatus
-from gpuaudit.pipeline import assemble_register, rebuild, render_report
+from gpuaudit.pipeline import ReportRequest, assemble_register, rebuild, render_report
 from gpuaudit.policy import Policy, load_policy
 from gpuaudit.report.run import HOSTS_DIR, RunDir, load_snapshot_file
 
@@ -128,9 +128,10 @@ def _register(snapshots: list[HostSnapshot], run_dir: Path, render: bool = True)
     of the report rendered too (HTML page, views, docs)."""
     run = RunDir(run_dir)
     if not render:
-        register = assemble_register(run, snapshots, policy=policy(), generated_at=GENERATED_AT)
+        request = ReportRequest(snapshots, policy=policy(), generated_at=GENERATED_AT)
+        register = assemble_register(run, request)
         return json.loads(json.dumps(register, allow_nan=False))
-    files = render_report(run, snapshots, policy=policy(), generated_at=GENERATED_AT)
+    files = render_report(run, ReportRequest(snapshots, policy=policy(), generated_at=GENERATED_AT))
     assert {"index.html", "register.json", "summary.md", "junit.xml"} <= set(files)
     rendered: dict[str, Any] = json.loads(files["register.json"])
     return rendered

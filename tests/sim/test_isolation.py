@@ -8,7 +8,6 @@ with what they were before and reads the host's root and state.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import stat
@@ -17,6 +16,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from simhelpers import digest, machine_fingerprint
 
 from gpuaudit.sim.host import host_paths
 from gpuaudit.sim.profiles import get_profile
@@ -54,27 +54,7 @@ server.shell(name="hostile", commands=[
 
 
 def fingerprint() -> dict[str, str]:
-    seen: dict[str, str] = {}
-    for name in WATCHED:
-        path = Path(name)
-        if path.is_dir():
-            for entry in sorted(path.rglob("*")):
-                seen[str(entry)] = _digest(entry)
-        seen[name] = _digest(path)
-    for key in ("net/core/rmem_max", "vm/swappiness"):
-        seen[key] = Path("/proc/sys", key).read_text()
-    seen["dpkg"] = subprocess.run(
-        ["dpkg-query", "-W"], capture_output=True, text=True, check=False
-    ).stdout
-    return seen
-
-
-def _digest(path: Path) -> str:
-    if path.is_symlink():
-        return "link:" + os.readlink(path)
-    if path.is_file():
-        return hashlib.sha256(path.read_bytes()).hexdigest()
-    return "dir" if path.is_dir() else "absent"
+    return machine_fingerprint(WATCHED, ("net/core/rmem_max", "vm/swappiness"), dpkg=True)
 
 
 def pyinfra(sim_dir: Path, inventory: Path, deploy: Path, *extra: str, **env: str):
@@ -135,10 +115,10 @@ def test_dry_run_leaves_the_host_byte_identical(rehearsal: tuple[Path, Path, Pat
     first = pyinfra(sim_dir, inventory, deploy, "--dry")
     assert first.returncode == 0, first.stdout + first.stderr
     host_dir = host_paths("t4-02", sim_dir).host_dir
-    before = {str(p): _digest(p) for p in sorted(host_dir.rglob("*")) if "work" not in p.parts}
+    before = {str(p): digest(p) for p in sorted(host_dir.rglob("*")) if "work" not in p.parts}
     again = pyinfra(sim_dir, inventory, deploy, "--dry")
     assert again.returncode == 0, again.stdout + again.stderr
-    after = {str(p): _digest(p) for p in sorted(host_dir.rglob("*")) if "work" not in p.parts}
+    after = {str(p): digest(p) for p in sorted(host_dir.rglob("*")) if "work" not in p.parts}
     assert after == before
 
 
