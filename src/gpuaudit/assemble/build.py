@@ -78,6 +78,7 @@ from gpuaudit.parsers.system import (
     parse_tools,
 )
 from gpuaudit.parsers.topo import parse_topo_matrix
+from gpuaudit.parsers.warnings import collecting
 
 T = TypeVar("T")
 
@@ -93,7 +94,22 @@ def build_snapshot(
     host_data: dict[str, Any] | None = None,
     collected_at: str | None = None,
 ) -> HostSnapshot:
-    """Parse every section of ``bundle`` into a snapshot of ``host``; never raises on host text."""
+    """Parse every section of ``bundle`` into a snapshot of ``host``; never raises on host text.
+    What the parsers met and could not place is kept in ``parse_warnings``."""
+    with collecting() as warnings:
+        snapshot = _build(host, bundle, host_data=host_data, collected_at=collected_at)
+    if not warnings:
+        return snapshot
+    return dataclasses.replace(snapshot, parse_warnings=tuple(warnings))
+
+
+def _build(
+    host: str,
+    bundle: Bundle,
+    *,
+    host_data: dict[str, Any] | None = None,
+    collected_at: str | None = None,
+) -> HostSnapshot:
     sections = dict(bundle.sections)
     errors: dict[str, str] = {}
     if bundle.problems:

@@ -24,7 +24,7 @@ from typing import Any
 from gpuaudit.model.decode import DecodeError, FieldProblem, decode, describe_value, join_path
 from gpuaudit.model.jsonable import to_jsonable
 
-SCHEMA_VERSION = "1.0"
+SCHEMA_VERSION = "1.1"
 # What a snapshot must have to be read at all; any other field may be missing or unusable.
 _REQUIRED = ("schema_version", "host", "status", "collected_at")
 # The name of a host whose snapshot gives none that can be used, and no file name stands in.
@@ -277,6 +277,32 @@ class PciDevice:
 
 
 @dataclass(frozen=True)
+class ParseWarning:
+    """Something a parser met in a host's output and could not place: a field it does not
+    know, a warning printed in the middle of a listing, a line of a form it cannot read. Never
+    dropped: the snapshot keeps it and the page shows it as evidence."""
+
+    source: str  # the format it was read from, e.g. "nvidia-smi -q" or "kernel log"
+    message: str  # what was not understood, in words
+    text: str = ""  # the line or element as the host printed it (cut to WARNING_TEXT chars)
+    gpu: int | None = None  # the GPU it concerns, where the output says
+
+
+# How much of an unplaced line a ParseWarning keeps.
+WARNING_TEXT = 200
+
+
+def parse_warning(
+    source: str, message: str, text: str = "", gpu: int | None = None
+) -> ParseWarning:
+    """A :class:`ParseWarning` with ``text`` cut to :data:`WARNING_TEXT` characters."""
+    text = text.strip()
+    if len(text) > WARNING_TEXT:
+        text = text[: WARNING_TEXT - 1] + "…"
+    return ParseWarning(source, message, text, gpu)
+
+
+@dataclass(frozen=True)
 class OsInfo:
     pretty_name: str | None = None
     id: str | None = None
@@ -314,6 +340,8 @@ class HostSnapshot:
     tools: dict[str, bool] = field(default_factory=dict)  # tool name -> present on the host
     # Problems met while turning sections into this snapshot (section -> message).
     parse_errors: dict[str, str] = field(default_factory=dict)
+    # Values the parsers met and could not place (schema 1.1); kept, never dropped.
+    parse_warnings: tuple[ParseWarning, ...] = ()
     sections: dict[str, Section] = field(default_factory=dict)
     # GPUs the driver says are attached (nvidia-smi attached_gpus); more than len(gpus) means some
     # could not be queried.
