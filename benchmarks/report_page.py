@@ -56,14 +56,14 @@ def main(argv: list[str] | None = None) -> int:
     snapshots = synthetic_fleet(args.hosts, args.gpus)
     register = build_register(snapshots, evaluate(snapshots), run_id="bench")
     html = render_html(register, snapshots)
-    host = register["hosts"][-1]["name"]
-    severity = register["risks"][0]["severity"] if register["risks"] else "critical"
+    host = register.hosts[-1].name
+    severity = register.risks[0].severity.value if register.risks else "critical"
     with tempfile.TemporaryDirectory(prefix="gpuaudit-page-") as tmp:
         path = Path(tmp) / "index.html"
         path.write_text(html, encoding="utf-8")
         size = path.stat().st_size / 2**20
-        print(f"page       {args.hosts} hosts × {args.gpus} GPUs, {len(register['risks'])} risks,")
-        print(f"           {len(register['findings'])} findings, {size:.1f} MiB")
+        print(f"page       {args.hosts} hosts × {args.gpus} GPUs, {len(register.risks)} risks,")
+        print(f"           {len(register.findings)} findings, {size:.1f} MiB")
         with sync_playwright() as playwright:
             browser = playwright.chromium.launch(executable_path=CHROMIUM, args=ARGS)
             plain = browser.new_context(java_script_enabled=False).new_page()

@@ -11,7 +11,6 @@ prints the run's summary and gives the exit status ``--fail-on`` asks for.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import signal
 import subprocess
@@ -25,6 +24,7 @@ from typing import Any
 
 from gpuaudit.pipeline import rebuild
 from gpuaudit.policy.check import load_for_cli
+from gpuaudit.report.register_types import Register
 from gpuaudit.report.run import RunDir, RunEnd, new_run_dir, os_error_text
 
 SEVERITIES = ("critical", "high", "medium", "low", "info")
@@ -69,13 +69,6 @@ _STOP_GRACE_S = 5
 _PYINFRA_USAGE = 2
 _CLOSE_TIMEOUT_S = {True: 120, False: 900}
 _TOP_RISKS = 5
-
-
-def _open_at_or_above(register: dict, threshold: str) -> int:
-    # Open risks only: a waived risk is a decision already taken, not a reason to fail CI.
-    from gpuaudit.report.register import open_risks_at_or_above
-
-    return len(open_risks_at_or_above(register, threshold))
 
 
 class _Stopped(Exception):
@@ -219,11 +212,11 @@ def _audit_result(run: RunDir, end: RunEnd | None, fail_on: str | None) -> int:
         )
         print(f"gpuaudit: no register was written ({said}see above); {where}", file=sys.stderr)
         return interrupted or 2
-    register = json.loads(run.register_path.read_text(encoding="utf-8"))
+    register = run.load_register()
     print_summary(register, run)
-    hosts = register.get("hosts") or []
+    hosts = register.hosts
     if interrupted:
-        not_audited = sum(1 for h in hosts if h.get("status") == HostStatus.NOT_AUDITED.value)
+        not_audited = sum(1 for h in hosts if h.status == HostStatus.NOT_AUDITED.value)
         print(
             f"gpuaudit: {end}: the register holds what was collected, {not_audited} of "
             f"{count_of(len(hosts), 'host')} not audited; rebuild it with: "
@@ -231,7 +224,7 @@ def _audit_result(run: RunDir, end: RunEnd | None, fail_on: str | None) -> int:
             file=sys.stderr,
         )
         return interrupted
-    if hosts and all(HostStatus(h["status"]) in NOT_COLLECTED for h in hosts):
+    if hosts and all(HostStatus(h.status) in NOT_COLLECTED for h in hosts):
         print(
             f"gpuaudit: no host could be audited ({count_of(len(hosts), 'host')})", file=sys.stderr
         )
@@ -239,9 +232,10 @@ def _audit_result(run: RunDir, end: RunEnd | None, fail_on: str | None) -> int:
     return fail_gate(register, fail_on)
 
 
-def fail_gate(register: dict[str, Any], fail_on: str | None) -> int:
-    """1 while open risks at ``fail_on`` or above remain (``--fail-on``), else 0."""
-    count = _open_at_or_above(register, fail_on) if fail_on else 0
+def fail_gate(register: Register, fail_on: str | None) -> int:
+    """1 while open risks at ``fail_on`` or above remain (``--fail-on``), else 0. Open risks
+    only: a waived risk is a decision already taken, not a reason to fail CI."""
+    count = len(register.open_risks_at_or_above(fail_on)) if fail_on else 0
     if count:
         print(f"gpuaudit: {count} risks at {fail_on} or above", file=sys.stderr)
         return 1
@@ -258,27 +252,25 @@ def printable(text: Any) -> str:
     return "".join("?" if unicodedata.category(c).startswith("C") else c for c in str(text))
 
 
-def print_summary(register: Mapping[str, Any], run: RunDir) -> None:
+def print_summary(register: Register, run: RunDir) -> None:
     """A few lines for the terminal: hosts by status, open risks by severity, the top risks,
     and where the page and the register are."""
-    summary = register.get("summary") or {}
-    statuses = [f"{n} {s}" for s, n in (summary.get("hosts_by_status") or {}).items() if n]
-    hosts = count_of(int(summary.get("host_count") or 0), "host")
+    summary = register.summary
+    statuses = [f"{n} {s}" for s, n in summary.hosts_by_status.items() if n]
+    hosts = count_of(summary.host_count, "host")
     print(printable(f"gpuaudit: {hosts}: {', '.join(statuses) or 'none'}"))
-    risks = summary.get("risks_by_status") or {}
+    risks = summary.risks_by_status
     line = f"gpuaudit: {count_of(int(risks.get('open') or 0), 'open risk')}"
-    severities = [f"{n} {s}" for s, n in (summary.get("open_risks_by_severity") or {}).items() if n]
+    severities = [f"{n} {s}" for s, n in summary.open_risks_by_severity.items() if n]
     if severities:
         line += ": " + ", ".join(severities)
     if risks.get("waived"):
         line += f" ({risks['waived']} waived)"
     print(line)
-    from gpuaudit.report.register import is_open_risk  # info risks inform: not listed here
-
-    top = [r for r in register.get("risks") or () if is_open_risk(r)][:_TOP_RISKS]
+    top = [r for r in register.risks if r.is_open][:_TOP_RISKS]  # info risks inform: not here
     for risk in top:
-        where = count_of(len(risk.get("affected_hosts") or ()), "host")
-        line = f"  {risk.get('severity', ''):<8}  {risk.get('id', '')}  {risk.get('title', '')}"
+        where = count_of(len(risk.affected_hosts), "host")
+        line = f"  {risk.severity.value:<8}  {risk.id}  {risk.title}"
         print(printable(f"{line} ({where})"))
     print(f"gpuaudit report: {run.html_path.resolve()}")
     print(f"gpuaudit register: {run.register_path.resolve()}")

@@ -21,10 +21,9 @@ import argparse
 import json
 import os
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from importlib import metadata
 from pathlib import Path
-from typing import Any
 
 from gpuaudit import __version__
 from gpuaudit.audit_run import (
@@ -40,6 +39,7 @@ from gpuaudit.collect import collector_script
 from gpuaudit.pipeline import rebuild, write_report
 from gpuaudit.policy import Policy
 from gpuaudit.policy.check import add_policy_parser, load_for_cli
+from gpuaudit.report.register_types import Register
 from gpuaudit.report.run import RunDir, check_run_id, new_run_dir, os_error_text
 
 
@@ -87,7 +87,7 @@ def cmd_report(args: argparse.Namespace) -> int:
         print(f"gpuaudit: {error}", file=sys.stderr)
         return 2
     run = RunDir(index.parent)
-    register = json.loads(run.register_path.read_text(encoding="utf-8"))
+    register = run.load_register()
     print_summary(register, run)
     return fail_gate(register, args.fail_on)
 
@@ -173,37 +173,33 @@ def explain_text(code: str) -> str | None:
 _LISTED_FINDINGS = 20
 
 
-def risk_text(register: Mapping[str, Any], code: str) -> str | None:
+def risk_text(register: Register, code: str) -> str | None:
     """The risks of a register that ``code`` names (a risk id, or a rule code: all of that
     rule's risks), with their findings; None when the register has none of them."""
     rule_code, colon, key = code.strip().partition(":")
     wanted = rule_code.upper() + colon + key
-    risks = [
-        r
-        for r in register.get("risks") or ()
-        if (r.get("id") == wanted if colon else r.get("rule") == wanted)
-    ]
+    risks = [r for r in register.risks if (r.id == wanted if colon else r.rule == wanted)]
     if not risks:
         return None
-    findings = register.get("findings") or []
+    findings = register.findings
     lines = []
     for risk in risks:
-        hosts = risk.get("affected_hosts") or []
-        indices = risk.get("findings") or []
+        indices = risk.findings
         lines += [
             "",
-            f"risk {risk.get('id')} in run {register.get('run_id')}: {risk.get('status')}, "
-            f"{risk.get('severity')}, score {risk.get('score')}, "
-            f"{count_of(len(indices), 'finding')} on {count_of(len(hosts), 'host')}",
+            f"risk {risk.id} in run {register.run_id}: {risk.status}, "
+            f"{risk.severity.value}, score {risk.score}, "
+            f"{count_of(len(indices), 'finding')} on {count_of(len(risk.affected_hosts), 'host')}",
         ]
-        waiver = risk.get("waiver")
-        if isinstance(waiver, Mapping):
-            lines.append(f"  waiver: {waiver.get('reason')} (expires {waiver.get('expires')})")
+        if risk.waiver is not None:
+            lines.append(f"  waiver: {risk.waiver.reason} (expires {risk.waiver.expires})")
         for index in indices[:_LISTED_FINDINGS]:
-            finding = findings[index] if 0 <= index < len(findings) else {}
-            gpu = finding.get("gpu")
-            where = f"{finding.get('host')}" + (f" GPU {gpu}" if gpu is not None else "")
-            lines.append(f"  - {where}: {finding.get('message')}")
+            if not 0 <= index < len(findings):
+                continue
+            finding = findings[index].finding
+            gpu = finding.gpu
+            where = finding.host + (f" GPU {gpu}" if gpu is not None else "")
+            lines.append(f"  - {where}: {finding.message}")
         if len(indices) > _LISTED_FINDINGS:
             lines.append(f"  … and {len(indices) - _LISTED_FINDINGS} more (register.json)")
     return "\n".join(printable(line) for line in lines) + "\n"
@@ -215,10 +211,10 @@ def cmd_explain(args: argparse.Namespace) -> int:
         rule_code = args.code.partition(":")[0]
         print(f"gpuaudit: no rule {rule_code!r} (gpuaudit rules lists them)", file=sys.stderr)
         return 2
-    register: dict[str, Any] | None = None
+    register: Register | None = None
     if args.run_dir:
         try:
-            register = json.loads(RunDir(args.run_dir).register_path.read_text(encoding="utf-8"))
+            register = RunDir(args.run_dir).load_register()
         except (OSError, ValueError) as error:
             print(f"gpuaudit: {args.run_dir} has no readable register: {error}", file=sys.stderr)
             return 2

@@ -5,7 +5,7 @@
     snapshot  assemble.build                   Bundle → model.snapshot.HostSnapshot
     evaluate  rules.assess                     [HostSnapshot] + Policy → rules.base.Evaluation
                                                (findings, and every rule's RuleOutcome per host)
-    register  report.register                  snapshots + Evaluation → the register document
+    register  report.register                  snapshots + Evaluation → register_types.Register
     render    report.renderers                 RenderInput → one file's text per Renderer
     store     report.run.RunDir                {file: text} → the run directory
 
@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 from gpuaudit.model.snapshot import HostSnapshot
 from gpuaudit.report.provenance import register_provenance
 from gpuaudit.report.register import build_register, utc_now_iso
+from gpuaudit.report.register_types import Register
 from gpuaudit.report.renderers import render_all
 from gpuaudit.report.rollouts import open_rollouts
 from gpuaudit.report.run import HOSTS_DIR, RunDir
@@ -60,7 +61,7 @@ class ReportRequest:
     fail_on: str | None = None
 
 
-def assemble_register(run: RunDir, request: ReportRequest) -> dict[str, Any]:
+def assemble_register(run: RunDir, request: ReportRequest) -> Register:
     """The register of the run in ``run`` (register.py), with the open rollouts beside it.
 
     Without findings the rules are evaluated (:func:`evaluate`, with the policy, which also
@@ -88,8 +89,7 @@ def assemble_register(run: RunDir, request: ReportRequest) -> dict[str, Any]:
         provenance=provenance,
         outcomes=evaluation.outcomes if request.findings is None else None,
     )
-    register["rollouts"] = open_rollouts(run.path.parent)
-    return register
+    return register.with_rollouts(open_rollouts(run.path.parent))
 
 
 def render_report(run: RunDir, request: ReportRequest) -> dict[str, str]:

@@ -3,12 +3,17 @@ and GPU, found by search, and XID storms as incidents with the raw lines one cli
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 
 import pytest
 from page_factories import DemoPage, demo_page
 from playwright.sync_api import expect
 from report_page import ReportPage
+
+from gpuaudit.model.snapshot import parse_warning
+from gpuaudit.report.html import render_html
+from gpuaudit.report.register import build_register
 
 HOSTS = ("a100-hgx-02", "a10g-01", "v100-02")
 
@@ -27,7 +32,7 @@ def test_gpu_uuid_search_and_host_evidence(
     gpu0 = next(g for g in snap.gpus if g.index == 0)
     assert gpu0.uuid and gpu0.serial
     # No finding names GPU 0: only the host's own evidence can find it.
-    assert not [f for f in demo.register["findings"] if f["gpu_uuid"] == gpu0.uuid]
+    assert not [f for f in demo.register.findings if f.finding.gpu_uuid == gpu0.uuid]
     page.fill("input[name=q]", gpu0.uuid.upper())
     expect(page.locator("#host-count")).to_have_text(f"Showing 1 of {len(HOSTS)} hosts")
     section = report.visible_hosts().first
@@ -79,16 +84,52 @@ def test_a_host_checklist_names_what_it_could_not_verify_and_why(
 ) -> None:
     # v100-02's driver does not answer: its GPU list could not be read, so the checklist item
     # that needs it is not verified, and counted against the score rather than passed.
-    entry = demo.register["checklists"]["pre_production"]["hosts"]["v100-02"]
-    unknown = entry["unknown_items"]
-    assert unknown and entry["unknown_reasons"][unknown[0]]
+    pre = next(c for c in demo.register.checklists if c.key == "pre_production")
+    entry = pre.hosts["v100-02"]
+    unknown = list(entry.unknown_reasons)
+    assert unknown and entry.unknown_reasons[unknown[0]]
     report = open_report(demo.html)
     page = report.page
     section = page.locator("details.host", has=page.locator(".host-name", has_text="v100-02"))
     section.locator("summary").first.click()
     listed = section.locator("ul.not-verified li")
     expect(listed.first).to_contain_text(f"not verified: {unknown[0]}")
-    expect(listed.first).to_contain_text(entry["unknown_reasons"][unknown[0]][0])
+    expect(listed.first).to_contain_text(entry.unknown_reasons[unknown[0]][0])
     healthy = page.locator("details.host", has=page.locator(".host-name", has_text="a10g-01"))
     healthy.locator("summary").first.click()
     expect(healthy.locator("ul.not-verified")).to_have_count(0)
+
+
+def test_output_the_parsers_could_not_place_is_shown_on_the_host(
+    open_report: Callable[..., ReportPage], demo: DemoPage
+) -> None:
+    # Derived: a demo host's snapshot with two parse warnings, one of them hostile markup.
+    snapshots = dict(demo.snapshots)
+    warned = dataclasses.replace(
+        snapshots["a10g-01"],
+        parse_warnings=(
+            parse_warning("nvidia-smi -q", "unknown field", "    Widget Count : 3", gpu=0),
+            parse_warning("kernel log", "NVRM line of an unknown form", "<img src=x onerror=1>"),
+        ),
+    )
+    snapshots["a10g-01"] = warned
+    register = build_register(list(snapshots.values()), [], run_id="warned")
+    report = open_report(render_html(register, list(snapshots.values())))
+    page = report.page
+    section = page.locator("details.host", has=page.locator(".host-name", has_text="a10g-01"))
+    section.locator("summary").first.click()
+    unplaced = section.locator("details.collection", has_text="Output not understood (2)")
+    unplaced.locator("summary").click()
+    items = unplaced.locator("li")
+    expect(items).to_have_count(2)
+    expect(items.nth(0)).to_contain_text("nvidia-smi -q GPU 0: unknown field")
+    expect(items.nth(0).locator("pre")).to_have_text("Widget Count : 3")
+    expect(items.nth(1).locator("pre")).to_have_text("<img src=x onerror=1>")
+    assert page.locator("img").count() == 0  # shown as text, never as markup
+    # Another host shows its own warnings, if it has any, and not a10g-01's.
+    other = page.locator("details.host", has=page.locator(".host-name", has_text="v100-02"))
+    other.locator("summary").first.click()
+    own = len(snapshots["v100-02"].parse_warnings)
+    block = other.locator("details.collection", has_text="Output not understood")
+    expect(block).to_have_count(1 if own else 0)
+    expect(other.get_by_text("Widget Count : 3")).to_have_count(0)

@@ -10,6 +10,7 @@ so what the page shows is checked against what a real snapshot holds.
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,6 +22,20 @@ from gpuaudit.assemble.build import build_snapshot
 from gpuaudit.model.snapshot import HostSnapshot
 from gpuaudit.report.html import render_html
 from gpuaudit.report.register import build_register
+from gpuaudit.report.register_types import (
+    AffectedGpu,
+    ChecklistScore,
+    CounterGrowth,
+    DriverChange,
+    HostChecklist,
+    ItemScore,
+    Register,
+    Risk,
+    RiskBrief,
+    Tally,
+    Trends,
+    Waiver,
+)
 from gpuaudit.rules import assess
 from gpuaudit.rules.base import Finding, Owner, Severity
 from gpuaudit.sim.host import materialize
@@ -46,122 +61,107 @@ def fleet_and_findings() -> tuple[list[HostSnapshot], list[Finding]]:
     return snapshots, findings
 
 
-def _risk(register: dict[str, Any], risk_id: str, rule: str, **changes: Any) -> dict[str, Any]:
-    indices = [i for i, f in enumerate(register["findings"]) if f["rule"] == rule]
-    first = register["findings"][indices[0]]
-    risk = {
-        "id": risk_id,
-        **{
-            k: first[k]
-            for k in ("rule", "title", "category", "owner", "severity", "likelihood", "impact")
-        },
-        "score": first["score"],
-        "status": "open",
-        "waiver": None,
-        "waiver_expired": False,
-        "affected_hosts": sorted({register["findings"][i]["host"] for i in indices}),
-        "affected_gpus": [
-            {
-                "host": register["findings"][i]["host"],
-                "gpu": register["findings"][i]["gpu"],
-                "gpu_name": register["findings"][i]["gpu_name"],
-            }
-            for i in indices
-            if register["findings"][i]["gpu"] is not None
-        ],
-        "finding_count": len(indices),
-        "remediation": first["remediation"],
-        "operation": first["operation"],
-        "references": first["references"],
-        "findings": indices,
-    }
-    risk.update(changes)
-    return risk
+def _risk(register: Register, risk_id: str, rule: str, **changes: Any) -> Risk:
+    indices = [i for i, f in enumerate(register.findings) if f.rule == rule]
+    members = [register.findings[i].finding for i in indices]
+    first = members[0]
+    risk = Risk(
+        id=risk_id,
+        rule=first.rule,
+        title=first.title,
+        category=first.category,
+        owner=first.owner,
+        severity=first.severity,
+        likelihood=first.likelihood,
+        impact=first.impact,
+        score=first.score,
+        status="open",
+        waiver=None,
+        waiver_expired=False,
+        affected_hosts=tuple(sorted({f.host for f in members})),
+        affected_gpus=tuple(
+            AffectedGpu(f.host, f.gpu, f.gpu_name) for f in members if f.gpu is not None
+        ),
+        finding_count=len(indices),
+        remediation=first.remediation,
+        operation=first.operation,
+        references=first.references,
+        findings=tuple(indices),
+    )
+    return dataclasses.replace(risk, **changes)
 
 
 def full_register(
     snapshots: list[HostSnapshot] | None = None, findings: list[Finding] | None = None
-) -> tuple[dict[str, Any], list[HostSnapshot]]:
-    """A register with every optional key: a waiver, an expired one, trends, checklists."""
+) -> tuple[Register, list[HostSnapshot]]:
+    """A register with every optional part: a waiver, an expired one, trends, checklists."""
     if snapshots is None or findings is None:
         snapshots, findings = fleet_and_findings()
     register = build_register(snapshots, findings, generated_at=GENERATED_AT, run_id="run-2")
-    waiver = {
-        "reason": WAIVER_REASON,
-        "expires": "2027-03-31",
-        "hosts": ["gpu-a01"],
-        "owner": "infra",
-    }
-    expired = {"reason": EXPIRED_REASON, "expires": "2026-01-31", "hosts": None, "owner": "ml"}
-    register["risks"] = [
+    waiver = Waiver(WAIVER_REASON, "2027-03-31", ("gpu-a01",), "infra")
+    expired = Waiver(EXPIRED_REASON, "2026-01-31", None, "ml")
+    risks = (
         _risk(register, "GA001", "GA001"),
         _risk(register, "GA301:79", "GA301"),
         _risk(register, "GA501", "GA501", status="waived", waiver=waiver),
         _risk(register, "GA101", "GA101", waiver=expired, waiver_expired=True),
+    )
+    entries = [
+        dataclasses.replace(
+            entry,
+            status="waived" if entry.rule == "GA501" else "open",
+            waiver=waiver if entry.rule == "GA501" else None,
+        )
+        for entry in register.findings
     ]
-    for entry in register["findings"]:
-        entry["status"] = "waived" if entry["rule"] == "GA501" else "open"
-        entry["waiver"] = waiver if entry["rule"] == "GA501" else None
-    register["findings"][4]["override_reason"] = "site policy: ML hosts treat GA101 as low"
-    register["checklists"] = {
-        "pre_production": {
-            "title": "Pre-production checklist",
-            "items": [
-                {
-                    "id": "PP1",
-                    "text": "Driver loaded on every GPU",
-                    "rules": ["GA101"],
-                    "checked": True,
-                },
-                {"id": "PP2", "text": "No XID 79 in the log", "rules": ["GA301"], "checked": True},
-                {"id": "PP3", "text": "Burn-in run signed off", "rules": [], "checked": False},
-            ],
-            "fleet": {"passed": 1, "checked": 2, "score_pct": 50.0},
-            "hosts": {
-                "gpu-a01": {"passed": 1, "checked": 2, "score_pct": 50.0, "failed_items": ["PP2"]},
-                "gpu-b01": {
-                    "passed": 0,
-                    "checked": 2,
-                    "score_pct": 0.0,
-                    "failed_items": ["PP1", "PP2"],
-                },
-            },
-        }
-    }
-    register["trends"] = {
-        "previous_run_id": "run-1",
-        "previous_generated_at": "2026-08-29T16:10:00Z",
-        "new": ["GA301:79"],
-        "resolved": [
-            {
-                "id": "GA304",
-                "title": "Row remap pending",
-                "severity": "high",
-                "affected_hosts": ["x"],
-            }
-        ],
-        "persisting": ["GA001", "GA501"],
-        "hosts_added": ["gpu-b01"],
-        "hosts_removed": ["gpu-old-07"],
-        "driver_changes": [{"host": "gpu-a01", "from": "535.161.08", "to": "550.127.05"}],
-        "growth": [
-            {
-                "host": "gpu-a01",
-                "gpu": 1,
-                "pci_bus_id": "0000:19:00.0",
-                "metric": "ecc_aggregate.uncorrected",
-                "before": 0,
-                "after": 3,
-            }
-        ],
-    }
+    entries[4] = dataclasses.replace(
+        entries[4],
+        finding=dataclasses.replace(
+            entries[4].finding, override_reason="site policy: ML hosts treat GA101 as low"
+        ),
+    )
+    checklist = ChecklistScore(
+        key="pre_production",
+        title="Pre-production checklist",
+        reference="",
+        items=(
+            ItemScore("PP1", "Driver loaded on every GPU", ("GA101",), ""),
+            ItemScore("PP2", "No XID 79 in the log", ("GA301",), ""),
+            ItemScore("PP3", "Burn-in run signed off", (), ""),
+        ),
+        fleet=Tally(1, 2),
+        hosts={
+            "gpu-a01": HostChecklist(Tally(1, 2), ("PP2",)),
+            "gpu-b01": HostChecklist(Tally(0, 2), ("PP1", "PP2")),
+        },
+    )
+    trends = Trends(
+        previous_run_id="run-1",
+        previous_generated_at="2026-08-29T16:10:00Z",
+        previous_scope=None,
+        compared_hosts=2,
+        new=("GA301:79",),
+        resolved=(RiskBrief("GA304", "Row remap pending", "high", ("x",)),),
+        persisting=("GA001", "GA501"),
+        hosts_added=("gpu-b01",),
+        hosts_removed=("gpu-old-07",),
+        driver_changes=(DriverChange("gpu-a01", "535.161.08", "550.127.05"),),
+        growth=(CounterGrowth("gpu-a01", 1, "0000:19:00.0", "ecc_aggregate.uncorrected", 0, 3),),
+    )
+    register = dataclasses.replace(
+        register,
+        risks=risks,
+        findings=tuple(entries),
+        checklists=(checklist,),
+        trends=trends,
+    )
     return register, snapshots
 
 
 @dataclass(frozen=True)
 class DemoPage:
     snapshots: dict[str, HostSnapshot]
-    register: dict[str, Any]
+    register: Register
     html: str
 
 

@@ -16,6 +16,7 @@ from gpuaudit.model.snapshot import (
     Topology,
     XidEvent,
 )
+from gpuaudit.report.register import build_register
 from gpuaudit.rules.base import Evidence, Finding, Owner, Severity
 
 EVIL = "<script>alert(1)</script>"
@@ -151,3 +152,8 @@ def finding(
         gpu_name="NVIDIA H100 80GB HBM3" if gpu_index is not None else None,
         operation="gpuaudit.operations.gpu.reset",
     )
+
+
+def register_document(*args: Any, **kwargs: Any) -> dict[str, Any]:
+    """register.json's document of the register ``build_register`` makes of the arguments."""
+    return build_register(*args, **kwargs).to_dict()

@@ -7,13 +7,18 @@ import re
 from pathlib import Path
 
 from demo_run import demo_report, register_of
-from report_factories import GENERATED_AT, finding, healthy_host, unreachable_host
+from report_factories import (
+    GENERATED_AT,
+    finding,
+    healthy_host,
+    register_document,
+    unreachable_host,
+)
 
 import gpuaudit.rules
 from gpuaudit.model.snapshot import HostStatus
 from gpuaudit.pipeline import write_report
 from gpuaudit.report.checklists import CHECKLISTS, NOT_CHECKED
-from gpuaudit.report.register import build_register
 from gpuaudit.report.run import RunDir
 from gpuaudit.rules.base import REGISTRY, Outcome, RuleOutcome, Severity
 
@@ -62,7 +67,7 @@ def test_scores_per_host_and_fleet() -> None:
         finding("GA320", Severity.MEDIUM, "ok-1"),  # no checklist item
     ]
     outcomes = [*passing("ok-1"), *passing("bad-1", failing=("GA107", "GA106"))]
-    reg = build_register(snapshots, findings, generated_at=GENERATED_AT, outcomes=outcomes)
+    reg = register_document(snapshots, findings, generated_at=GENERATED_AT, outcomes=outcomes)
     pre = reg["checklists"]["pre_production"]
     assert pre["title"] == "Pre-production checklist"
     assert [i["id"] for i in pre["items"]] == ["PP1", "PP2", "PP3", "PP4"]
@@ -99,7 +104,7 @@ def test_scores_per_host_and_fleet() -> None:
 
 def test_rules_without_an_outcome_are_unknown_not_passed() -> None:
     """Findings alone say nothing of the rules that did not fire: no outcome, no pass."""
-    reg = build_register([healthy_host("h1")], [], generated_at=GENERATED_AT)
+    reg = register_document([healthy_host("h1")], [], generated_at=GENERATED_AT)
     pre = reg["checklists"]["pre_production"]["hosts"]["h1"]
     assert pre["passed"] == 0 and pre["score_pct"] == 0.0
     assert pre["unknown_items"] == ["PP1", "PP2", "PP3", "PP4"]
@@ -112,7 +117,7 @@ def test_not_evaluated_and_disabled_rules_leave_the_item_unknown() -> None:
         RuleOutcome("GA102", "h1", Outcome.NOT_EVALUATED, "no GPU list: nvidia-smi failed"),
         RuleOutcome("GA106", "h1", Outcome.DISABLED, "disabled_rules of the site policy"),
     ]
-    reg = build_register([healthy_host("h1")], [], generated_at=GENERATED_AT, outcomes=outcomes)
+    reg = register_document([healthy_host("h1")], [], generated_at=GENERATED_AT, outcomes=outcomes)
     host = reg["checklists"]["pre_production"]["hosts"]["h1"]
     assert host["unknown_items"] == ["PP1", "PP4"] and host["failed_items"] == []
     assert host["score_pct"] == 50.0
@@ -163,7 +168,7 @@ def test_waived_findings_do_not_fail_items() -> None:
         def waiver_status(self, f: object, on: object) -> tuple[str, object]:
             return "waived", None
 
-    reg = build_register(
+    reg = register_document(
         [healthy_host("h1")],
         [finding("GA106", Severity.MEDIUM, "h1", gpu_index=None)],
         generated_at=GENERATED_AT,

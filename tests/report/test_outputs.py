@@ -85,7 +85,7 @@ def register() -> dict[str, Any]:
 def test_csv_round_trips_and_neutralises_formulas(register: dict[str, Any]) -> None:
     rows = list(csv.DictReader(io.StringIO(render_csv(register), newline="")))
     assert tuple(rows[0]) == CSV_COLUMNS
-    assert len(rows) == len(register["findings"])
+    assert len(rows) == len(register.findings)
     by_message = {r["message"]: r for r in rows}
     hostile = by_message["'@SUM(A1) fell off\nthe bus"]
     assert hostile["host"] == HOSTILE  # quoted, newlines and quotes intact

@@ -464,14 +464,14 @@ def test_xid_storm_is_shown_as_incidents(demo: DemoPage) -> None:
 def test_slowdown_finding_reads_without_missing_values(demo: DemoPage) -> None:
     gpu = demo.snapshots["rtx4000ada-01"].gpus[0]
     assert gpu.temperature_slowdown_c is None  # this GPU reports no slowdown threshold
-    finding_ = next(
-        f
-        for f in demo.register["findings"]
-        if f["rule"] == "GA320" and f["host"] == "rtx4000ada-01"
+    message = next(
+        f.finding.message
+        for f in demo.register.findings
+        if f.rule == "GA320" and f.host == "rtx4000ada-01"
     )
-    assert "None" not in finding_["message"]
-    assert f"temperature {gpu.temperature_c:g} °C" in finding_["message"]
-    assert "slowdown at" not in finding_["message"]
+    assert "None" not in message
+    assert f"temperature {gpu.temperature_c:g} °C" in message
+    assert "slowdown at" not in message
 
 
 def test_backticks_in_finding_text_become_code(demo: DemoPage) -> None:

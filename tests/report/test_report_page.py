@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from typing import Any
 
-from page_factories import EXPIRED_REASON, WAIVER_REASON, fleet_and_findings, full_register
+from page_factories import EXPIRED_REASON, WAIVER_REASON, full_register
 
 from gpuaudit.report.html import render_html
-from gpuaudit.report.register_views import PANEL_LIST_LIMIT, risks_from_findings
+from gpuaudit.report.register_views import PANEL_LIST_LIMIT
 
 
 def _data(page: str) -> dict[str, Any]:
@@ -47,18 +48,18 @@ def test_trends_panel_lists_changes_since_the_previous_run() -> None:
     assert "ecc_aggregate.uncorrected" in trends and "0000:19:00.0" in trends
 
 
-def test_first_run_and_missing_trends() -> None:
+def test_first_run_has_no_trends() -> None:
     register, snapshots = full_register()
-    register["trends"] = None
-    assert "No earlier run to compare with" in _section(render_html(register, snapshots), "trends")
-    del register["trends"]
-    assert 'id="trends"' not in render_html(register, snapshots)
+    first = dataclasses.replace(register, trends=None)
+    assert "No earlier run to compare with" in _section(render_html(first, snapshots), "trends")
 
 
 def test_long_panel_lists_are_cut_with_a_count() -> None:
     register, snapshots = full_register()
-    growth = register["trends"]["growth"][0]
-    register["trends"]["growth"] = [growth] * (PANEL_LIST_LIMIT + 50)
+    assert register.trends is not None
+    growth = register.trends.growth[0]
+    trends_now = dataclasses.replace(register.trends, growth=(growth,) * (PANEL_LIST_LIMIT + 50))
+    register = dataclasses.replace(register, trends=trends_now)
     trends = _section(render_html(register, snapshots), "trends")
     assert trends.count("ecc_aggregate.uncorrected") == PANEL_LIST_LIMIT
     assert "… and 50 more" in trends
@@ -86,25 +87,6 @@ def test_page_data_keeps_finding_status_and_override_reason() -> None:
     assert findings[3]["status"] == "waived" and findings[3]["waiver"]["reason"] == WAIVER_REASON
     # Evidence values are shown as text once, here, not by the page script.
     assert findings[0]["evidence"]["actual"] == "true"
-
-
-def test_registers_without_risks_are_grouped_by_rule() -> None:
-    register, snapshots = full_register()
-    for key in ("risks", "checklists", "trends"):
-        del register[key]
-    page = render_html(register, snapshots)
-    risks = _data(page)["risks"]
-    assert [r["id"] for r in risks] == ["GA001", "GA301", "GA501", "GA101"]
-    assert risks[1]["affected_hosts"] == ["gpu-a01", "gpu-b01"] and risks[1]["findings"] == [1, 2]
-    assert 'id="checklists"' not in page and 'id="waivers"' not in page
-
-
-def test_risks_from_findings_counts_gpus_and_hosts_once() -> None:
-    _, findings = fleet_and_findings()
-    risks = risks_from_findings([f.to_dict() for f in findings])
-    xid = next(r for r in risks if r["rule"] == "GA301")
-    assert xid["finding_count"] == 2 and len(xid["affected_gpus"]) == 2
-    assert xid["status"] == "open" and xid["waiver"] is None
 
 
 def test_filter_choices_come_from_the_risks() -> None:

@@ -2,14 +2,19 @@ from __future__ import annotations
 
 import json
 
-from report_factories import GENERATED_AT, finding, healthy_host, unreachable_host
+from report_factories import (
+    GENERATED_AT,
+    finding,
+    healthy_host,
+    register_document,
+    unreachable_host,
+)
 
 import gpuaudit.rules
 from gpuaudit.model.snapshot import HostSnapshot
 from gpuaudit.report.register import (
     REGISTER_SCHEMA_VERSION,
     build_register,
-    open_risks_at_or_above,
 )
 from gpuaudit.report.register_views import risk_views, status_counts
 from gpuaudit.rules.base import Finding, GpuOutcome, Outcome, RuleOutcome, Severity
@@ -18,7 +23,7 @@ assert gpuaudit.rules  # importing the package registers the catalogue the title
 
 
 def test_top_level_contract(fleet: list[HostSnapshot], fleet_findings: list[Finding]) -> None:
-    reg = build_register(
+    reg = register_document(
         fleet, fleet_findings, generated_at=GENERATED_AT, run_id="20261129T161000Z"
     )
     assert set(reg) == {
@@ -40,7 +45,7 @@ def test_top_level_contract(fleet: list[HostSnapshot], fleet_findings: list[Find
 
 
 def test_generated_at_defaults_to_utc_now() -> None:
-    reg = build_register([], [])
+    reg = register_document([], [])
     assert reg["generated_at"].endswith("Z") and "T" in reg["generated_at"]
     assert reg["run_id"] is None
     assert reg["hosts"] == [] and reg["findings"] == []
@@ -50,7 +55,7 @@ def test_generated_at_defaults_to_utc_now() -> None:
 def test_every_host_present_including_unreachable(
     fleet: list[HostSnapshot], fleet_findings: list[Finding]
 ) -> None:
-    reg = build_register(fleet, fleet_findings, generated_at=GENERATED_AT)
+    reg = register_document(fleet, fleet_findings, generated_at=GENERATED_AT)
     names = [h["name"] for h in reg["hosts"]]
     assert names == ["gpu-a01", "gpu-b01", "gpu-z99"]  # sorted, deterministic
     z99 = reg["hosts"][2]
@@ -61,7 +66,7 @@ def test_every_host_present_including_unreachable(
 
 
 def test_host_entry_fields(fleet: list[HostSnapshot], fleet_findings: list[Finding]) -> None:
-    reg = build_register(fleet, fleet_findings, generated_at=GENERATED_AT)
+    reg = register_document(fleet, fleet_findings, generated_at=GENERATED_AT)
     b01 = next(h for h in reg["hosts"] if h["name"] == "gpu-b01")
     for key in (
         "name",
@@ -93,7 +98,7 @@ def test_host_entry_fields(fleet: list[HostSnapshot], fleet_findings: list[Findi
 
 
 def test_summary_counts(fleet: list[HostSnapshot], fleet_findings: list[Finding]) -> None:
-    summary = build_register(fleet, fleet_findings, generated_at=GENERATED_AT)["summary"]
+    summary = register_document(fleet, fleet_findings, generated_at=GENERATED_AT)["summary"]
     assert summary["host_count"] == 3
     assert summary["gpu_count"] == 10
     assert summary["finding_count"] == 4
@@ -121,7 +126,7 @@ def test_summary_counts(fleet: list[HostSnapshot], fleet_findings: list[Finding]
 def test_findings_sorted_by_severity_and_serialised(
     fleet: list[HostSnapshot], fleet_findings: list[Finding]
 ) -> None:
-    reg = build_register(fleet, fleet_findings, generated_at=GENERATED_AT)
+    reg = register_document(fleet, fleet_findings, generated_at=GENERATED_AT)
     assert [f["severity"] for f in reg["findings"]] == ["critical", "high", "medium", "low"]
     first = reg["findings"][0]
     for key in ("rule", "severity", "host", "evidence", "remediation", "owner", "category"):
@@ -132,8 +137,8 @@ def test_findings_sorted_by_severity_and_serialised(
 def test_deterministic_whatever_the_input_order(
     fleet: list[HostSnapshot], fleet_findings: list[Finding]
 ) -> None:
-    one = build_register(fleet, fleet_findings, generated_at=GENERATED_AT, run_id="r")
-    two = build_register(
+    one = register_document(fleet, fleet_findings, generated_at=GENERATED_AT, run_id="r")
+    two = register_document(
         list(reversed(fleet)), list(reversed(fleet_findings)), generated_at=GENERATED_AT, run_id="r"
     )
     assert json.dumps(one) == json.dumps(two)
@@ -146,7 +151,7 @@ def test_ties_broken_by_rule_host_gpu() -> None:
         finding("GA302", Severity.HIGH, "h1", gpu_index=None),
         finding("GA301", Severity.HIGH, "h9"),
     ]
-    reg = build_register([healthy_host("h1"), unreachable_host("h2")], findings)
+    reg = register_document([healthy_host("h1"), unreachable_host("h2")], findings)
     order = [(f["rule"], f["host"], f["gpu"]) for f in reg["findings"]]
     assert order == [
         ("GA301", "h9", 0),
@@ -164,7 +169,8 @@ def test_info_findings_are_not_open_risks() -> None:
         finding("GA801", Severity.INFO, "h2", gpu_index=None, message="8B fits at bf16"),
         finding("GA304", Severity.HIGH, "h1"),
     ]
-    reg = build_register([healthy_host("h1"), healthy_host("h2")], findings)
+    built = build_register([healthy_host("h1"), healthy_host("h2")], findings)
+    reg = built.to_dict()
     summary = reg["summary"]
     assert summary["risk_count"] == 2
     assert summary["risks_by_status"] == {"open": 1, "waived": 0}
@@ -172,8 +178,7 @@ def test_info_findings_are_not_open_risks() -> None:
     assert summary["open_risks_by_severity"]["info"] == 0
     assert summary["open_risks_by_severity"]["high"] == 1
     # --fail-on counts risks, whatever the threshold; the page's "Open risks" too.
-    assert [r["id"] for r in open_risks_at_or_above(reg, "info")] == ["GA304"]
-    assert open_risks_at_or_above({"findings": [{"severity": "info"}]}, "info") == []
+    assert [r.id for r in built.open_risks_at_or_above("info")] == ["GA304"]
     counts = status_counts(risk_views(reg))
     assert (counts["open"], counts["info"]) == (1, 1)
 
@@ -187,7 +192,7 @@ def test_outcomes_per_host_with_reasons_and_gpus() -> None:
         RuleOutcome("GA602", "h1", Outcome.DISABLED, "disabled_rules of the site policy"),
         RuleOutcome("GA105", "h1", Outcome.PASS),
     ]
-    reg = build_register(
+    reg = register_document(
         [healthy_host("h1")], [finding("GA304", Severity.HIGH, "h1")], outcomes=outcomes
     )
     (host,) = reg["hosts"]

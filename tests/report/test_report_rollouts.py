@@ -32,11 +32,11 @@ def test_open_rollouts_are_listed_and_completed_ones_are_not(tmp_path: Path) -> 
     broken = tmp_path / "upgrades" / "r-broken"
     broken.mkdir(parents=True)
     (broken / "rollout.json").write_text("{not json")
-    listed = {r["rollout_id"]: r for r in open_rollouts(tmp_path)}
+    listed = {r.rollout_id: r for r in open_rollouts(tmp_path)}
     assert set(listed) == {"r-halted", "r-broken"}
-    assert listed["r-halted"]["outcomes"] == {"rolled_back": 1, "untouched": 1}
-    assert listed["r-halted"]["report"] == "../upgrades/r-halted/index.html"
-    assert listed["r-broken"]["status"] == "unreadable"
+    assert listed["r-halted"].outcomes == {"rolled_back": 1, "untouched": 1}
+    assert listed["r-halted"].report == "../upgrades/r-halted/index.html"
+    assert listed["r-broken"].status == "unreadable"
 
 
 def test_the_register_and_the_page_show_a_halted_rollout(tmp_path: Path) -> None:

@@ -158,7 +158,7 @@ def test_previous_run_from_snapshots_alone(tmp_path: Path) -> None:
     old.write_snapshot(healthy_host("h1"))  # no register.json: the rules run on the snapshot
     previous = load_previous(old.path)
     assert previous.generated_at == "2026-11-29T16:05:00Z"  # the snapshot's collection time
-    assert "GA301:79" in {r["id"] for r in previous.risks}
+    assert "GA301:79" in {r.id for r in previous.risks}
     reg = write_run(tmp_path, "20261201T000000Z", [healthy_host("h1")], [], previous=old.path)
     assert reg["trends"]["previous_run_id"] == "old"
     assert "GA301:79" in {r["id"] for r in reg["trends"]["resolved"]}
@@ -171,7 +171,7 @@ def test_previous_risks_regrouped_from_an_older_register(tmp_path: Path) -> None
     register = json.loads(old.register_path.read_text())
     del register["risks"]  # as a register of schema 1.0 was
     old.register_path.write_text(json.dumps(register))
-    assert [r["id"] for r in load_previous(old.path).risks] == ["GA601:net.core.rmem_max"]
+    assert [r.id for r in load_previous(old.path).risks] == ["GA601:net.core.rmem_max"]
 
 
 def test_report_command_takes_previous(tmp_path: Path) -> None:
@@ -324,7 +324,7 @@ def test_the_previous_run_is_judged_again_by_its_own_policy(tmp_path: Path) -> N
     old = new_run_dir(tmp_path, "20261101T000000Z")
     old.write_snapshot(healthy_host("h1"))  # its XID 79 is GA301:79 under the default policy
     (old.path / "policy.yaml").write_text("version: 1\ndefaults:\n  disabled_rules: [GA301]\n")
-    assert "GA301:79" not in {r["id"] for r in load_previous(old.path).risks}
+    assert "GA301:79" not in {r.id for r in load_previous(old.path).risks}
 
     # Rebuilt with the old run as previous: its snapshots alone, judged by its own policy.
     new = new_run_dir(tmp_path, "20261201T000000Z")
@@ -337,7 +337,7 @@ def test_the_previous_run_is_judged_again_by_its_own_policy(tmp_path: Path) -> N
     # A copy that no longer loads is said so, and the defaults judge the snapshots.
     (old.path / "policy.yaml").write_text("version: 1\nnot_a_key: 3\n")
     previous = load_previous(old.path)
-    assert "GA301:79" in {r["id"] for r in previous.risks}
+    assert "GA301:79" in {r.id for r in previous.risks}
     assert "policy.yaml does not load" in previous.notes[0]
 
 

@@ -130,7 +130,7 @@ def _register(snapshots: list[HostSnapshot], run_dir: Path, render: bool = True)
     if not render:
         request = ReportRequest(snapshots, policy=policy(), generated_at=GENERATED_AT)
         register = assemble_register(run, request)
-        return json.loads(json.dumps(register, allow_nan=False))
+        return json.loads(json.dumps(register.to_dict(), allow_nan=False))
     files = render_report(run, ReportRequest(snapshots, policy=policy(), generated_at=GENERATED_AT))
     assert {"index.html", "register.json", "summary.md", "junit.xml"} <= set(files)
     rendered: dict[str, Any] = json.loads(files["register.json"])

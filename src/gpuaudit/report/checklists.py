@@ -28,8 +28,14 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
+from gpuaudit.report.register_types import (
+    ChecklistScore,
+    HostChecklist,
+    ItemScore,
+    RegisterFinding,
+    Tally,
+)
 from gpuaudit.rules.base import Outcome, RuleOutcome
 from gpuaudit.rules.refs import GUIDE_PREPRODUCTION, GUIDE_PRODUCTION
 
@@ -144,12 +150,12 @@ class HostFacts:
 
 def build_checklists(
     hosts: Iterable[tuple[str, bool]],
-    findings: Sequence[Mapping[str, Any]],
+    findings: Sequence[RegisterFinding],
     outcomes: Iterable[RuleOutcome] = (),
-) -> dict[str, Any]:
+) -> tuple[ChecklistScore, ...]:
     """Score every checklist.
 
-    ``hosts`` are (name, audited) pairs; ``findings`` are register finding entries, whose
+    ``hosts`` are (name, audited) pairs; ``findings`` are the register's findings, whose
     ``status`` says whether they are open; ``outcomes`` are the rules' outcomes on the hosts
     (without them every checked item of an audited host is unknown).
     """
@@ -158,13 +164,13 @@ def build_checklists(
         by_host.setdefault(outcome.host, {})[outcome.rule] = outcome
     open_rules: dict[str, set[str]] = {}
     for finding in findings:
-        if finding.get("status", "open") == "open" and finding.get("severity") != "info":
-            open_rules.setdefault(finding["host"], set()).add(finding["rule"])
+        if finding.is_open_risk:
+            open_rules.setdefault(finding.host, set()).add(finding.rule)
     facts = {
         name: HostFacts(audited, frozenset(open_rules.get(name, ())), by_host.get(name, {}))
         for name, audited in sorted(hosts)
     }
-    return {c.key: _score(c, facts) for c in CHECKLISTS}
+    return tuple(_score(c, facts) for c in CHECKLISTS)
 
 
 def item_state(item: ChecklistItem, host: HostFacts) -> tuple[str, list[str]]:
@@ -183,50 +189,40 @@ def item_state(item: ChecklistItem, host: HostFacts) -> tuple[str, list[str]]:
     return (UNKNOWN, why) if why else (PASSED, [])
 
 
-def _score(checklist: Checklist, hosts: Mapping[str, HostFacts]) -> dict[str, Any]:
+def _score(checklist: Checklist, hosts: Mapping[str, HostFacts]) -> ChecklistScore:
     checked = [item for item in checklist.items if item.rules]
     states: dict[str, dict[str, list[str]]] = {FAILED: {}, UNKNOWN: {}}  # state -> item -> hosts
     per_host = {}
     for name, host in hosts.items():
         judged = {item.id: item_state(item, host) for item in checked}
         failed = [i for i, (state, _) in judged.items() if state == FAILED]
-        unknown = {i: why for i, (state, why) in judged.items() if state == UNKNOWN}
+        unknown = {i: tuple(why) for i, (state, why) in judged.items() if state == UNKNOWN}
         for item_id in failed:
             states[FAILED].setdefault(item_id, []).append(name)
         for item_id in unknown:
             states[UNKNOWN].setdefault(item_id, []).append(name)
         passed = len(checked) - len(failed) - len(unknown)
-        per_host[name] = {
-            **_tally(passed, len(checked), len(unknown)),
-            "failed_items": failed,
-            "unknown_items": list(unknown),
-            "unknown_reasons": unknown,
-        }
+        per_host[name] = HostChecklist(
+            Tally(passed, len(checked), len(unknown)), tuple(failed), unknown
+        )
     total_checks = len(checked) * len(hosts)
     total_failed = sum(len(h) for h in states[FAILED].values())
     total_unknown = sum(len(h) for h in states[UNKNOWN].values())
-    return {
-        "title": checklist.title,
-        "reference": checklist.reference,
-        "items": [
-            {
-                "id": item.id,
-                "text": item.text,
-                "rules": list(item.rules),
-                "checked": bool(item.rules),
-                "note": item.note,
-                "failed_hosts": states[FAILED].get(item.id, []),
-                "unknown_hosts": states[UNKNOWN].get(item.id, []),
-            }
+    return ChecklistScore(
+        key=checklist.key,
+        title=checklist.title,
+        reference=checklist.reference,
+        items=tuple(
+            ItemScore(
+                item.id,
+                item.text,
+                item.rules,
+                item.note,
+                tuple(states[FAILED].get(item.id, ())),
+                tuple(states[UNKNOWN].get(item.id, ())),
+            )
             for item in checklist.items
-        ],
-        "fleet": _tally(total_checks - total_failed - total_unknown, total_checks, total_unknown),
-        "hosts": per_host,
-    }
-
-
-def _tally(passed: int, checked: int, unknown: int = 0) -> dict[str, Any]:
-    # None, not 0 or 100, when nothing could be checked: there is no score to give. Unknown
-    # items are in ``checked`` but not in ``passed``: what was not verified is not fine.
-    pct = round(100 * passed / checked, 1) if checked else None
-    return {"passed": passed, "checked": checked, "unknown": unknown, "score_pct": pct}
+        ),
+        fleet=Tally(total_checks - total_failed - total_unknown, total_checks, total_unknown),
+        hosts=per_host,
+    )

@@ -33,7 +33,7 @@ import functools
 import hashlib
 import json
 import re
-from collections.abc import Sequence, Set
+from collections.abc import Mapping, Sequence, Set
 from pathlib import Path
 from typing import Any
 
@@ -43,7 +43,7 @@ from markupsafe import Markup
 from gpuaudit import __version__
 from gpuaudit.model.snapshot import HostSnapshot
 from gpuaudit.report.provenance import provenance_view
-from gpuaudit.report.register import REGISTER_SCHEMA_VERSION, sort_snapshots
+from gpuaudit.report.register import REGISTER_SCHEMA_VERSION, Register, sort_snapshots
 from gpuaudit.report.register_views import (
     checklist_views,
     filter_options,
@@ -198,13 +198,13 @@ def _share_host_parts(hosts: list[dict[str, Any]]) -> dict[str, list[Any]]:
 
 
 def _host_views(
-    register: dict[str, Any], snapshots: Sequence[HostSnapshot]
+    register: Register, document: Mapping[str, Any], snapshots: Sequence[HostSnapshot]
 ) -> list[dict[str, Any]]:
     ordered = sort_snapshots(snapshots)
     findings_by_host: dict[str, list[int]] = {}
-    for number, finding in enumerate(register["findings"]):
-        findings_by_host.setdefault(finding["host"], []).append(number)
-    checklists = host_checklists(register)
+    for number, finding in enumerate(register.findings):
+        findings_by_host.setdefault(finding.host, []).append(number)
+    checklists = host_checklists(document)
     seen: set[str] = set()
     hosts = []
     for number, snap in enumerate(ordered, 1):
@@ -212,36 +212,38 @@ def _host_views(
         # unique. Two snapshots of one host (a re-collect) share its findings: list them once.
         own = findings_by_host.get(snap.host, []) if snap.host not in seen else []
         seen.add(snap.host)
-        severities = [register["findings"][i]["severity"] for i in own]
+        severities = [register.findings[i].severity.value for i in own]
         view = host_view(snap, f"host-{number}", own, severities, checklists.get(snap.host, ()))
         hosts.append({**view, "position": number - 1})
     return hosts
 
 
 def build_context(
-    register: dict[str, Any],
+    register: Register,
     snapshots: Sequence[HostSnapshot],
     docs_pages: Set[str] = frozenset(),
 ) -> dict[str, Any]:
     """Everything the page template needs, from the register and the snapshots behind it.
 
-    ``docs_pages`` are the docs pages beside the page (``docs/…`` paths): references to them
-    are linked."""
-    hosts = _host_views(register, snapshots)
-    risks = risk_views(register, docs_pages)
+    The page embeds its data as JSON: the views read the register's document (its
+    ``to_dict()``, what register.json holds). ``docs_pages`` are the docs pages beside the page
+    (``docs/…`` paths): references to them are linked."""
+    document = register.to_dict()
+    hosts = _host_views(register, document, snapshots)
+    risks = risk_views(document, docs_pages)
     shared = _share_host_parts(hosts)
-    summary = register["summary"]
+    summary = document["summary"]
     script = page_script()
     page_data = {
-        "findings": [_page_finding(f) for f in register["findings"]],
+        "findings": [_page_finding(f) for f in document["findings"]],
         "risks": risks,
         "hosts": hosts,
         "shared": shared,
         "gpu_columns": GPU_COLUMNS,
     }
     return {
-        "run_id": register.get("run_id") or "",
-        "generated_at": register.get("generated_at") or "",
+        "run_id": register.run_id or "",
+        "generated_at": register.generated_at,
         "summary": summary,
         "severity_bars": _bars(summary["findings_by_severity"]),
         "category_bars": _bars(summary["findings_by_category"]),
@@ -249,12 +251,12 @@ def build_context(
         "risk_status_counts": status_counts(risks),
         "waived": [r for r in risks if r["status"] == "waived" or r["waiver"]],
         "options": filter_options(risks),
-        "trends": trends_view(register, risks),
-        "provenance": provenance_view(register),
-        "checklists": checklist_views(register, docs_pages),
+        "trends": trends_view(document, risks),
+        "provenance": provenance_view(document),
+        "checklists": checklist_views(document, docs_pages),
         "hosts": hosts,
         "attention_hosts": [h for h in hosts if h["status"] != "ok"],
-        "rollouts": register.get("rollouts") or [],
+        "rollouts": document.get("rollouts") or [],
         "page_data": page_data,
         "css": Markup(_asset("report.css")),
         "script": Markup(script),
@@ -272,7 +274,7 @@ def page_script() -> str:
 
 
 def render_html(
-    register: dict[str, Any],
+    register: Register,
     snapshots: Sequence[HostSnapshot],
     *,
     docs_pages: Set[str] = frozenset(),

@@ -27,13 +27,20 @@ ElementTree would otherwise emit a file no parser accepts.
 
 from __future__ import annotations
 
+import json
 import re
 import xml.etree.ElementTree as ET
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from gpuaudit.report.register import at_or_above, is_risk_severity
-from gpuaudit.rules.base import Outcome
+from gpuaudit.report.register_types import (
+    OPEN,
+    Register,
+    RegisterFinding,
+    at_or_above,
+    is_risk_severity,
+)
+from gpuaudit.rules.base import Finding, Outcome, RuleOutcome
 
 _NOT_XML = re.compile("[^\t\n\r\x20-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")
 # Enough raw host output to recognise the evidence in a CI log; register.json has all of it.
@@ -49,19 +56,17 @@ def xml_text(value: Any) -> str:
     return _NOT_XML.sub(lambda m: f"\\x{ord(m.group()):02x}", text)
 
 
-def render_junit(register: Mapping[str, Any], *, fail_on: str | None = None) -> str:
-    findings = register.get("findings", [])
-    by_host: dict[str, list[Mapping[str, Any]]] = {}
-    for finding in findings:
-        by_host.setdefault(finding["host"], []).append(finding)
-    outcomes = {h["name"]: h.get("outcomes") or {} for h in register.get("hosts", [])}
-    titles = register.get("rules") or {}
+def render_junit(register: Register, *, fail_on: str | None = None) -> str:
+    by_host: dict[str, list[RegisterFinding]] = {}
+    for finding in register.findings:
+        by_host.setdefault(finding.host, []).append(finding)
+    outcomes = {h.name: {o.rule: o for o in h.outcomes} for h in register.hosts}
     hosts = sorted(set(outcomes) | set(by_host))
-    stamp = str(register.get("generated_at") or "").removesuffix("Z")
+    stamp = register.generated_at.removesuffix("Z")
     root = ET.Element("testsuites", name="gpuaudit")
     totals = {"tests": 0, "failures": 0, "skipped": 0}
     for host in hosts:
-        suite = _suite(host, by_host.get(host, []), outcomes.get(host, {}), titles, fail_on)
+        suite = _suite(host, by_host.get(host, []), outcomes.get(host, {}), register.rules, fail_on)
         suite.set("timestamp", xml_text(stamp))
         root.append(suite)
         for key in totals:
@@ -76,16 +81,16 @@ def render_junit(register: Mapping[str, Any], *, fail_on: str | None = None) -> 
 
 def _suite(
     host: str,
-    findings: Sequence[Mapping[str, Any]],
-    outcomes: Mapping[str, Mapping[str, Any]],
+    findings: Sequence[RegisterFinding],
+    outcomes: Mapping[str, RuleOutcome],
     titles: Mapping[str, str],
     fail_on: str | None,
 ) -> ET.Element:
-    per_rule: dict[str, list[Mapping[str, Any]]] = {}
+    per_rule: dict[str, list[RegisterFinding]] = {}
     names = {code: str(titles.get(code) or "") for code in outcomes}
     for finding in findings:
-        names.setdefault(finding["rule"], finding["title"])
-        per_rule.setdefault(finding["rule"], []).append(finding)
+        names.setdefault(finding.rule, finding.finding.title)
+        per_rule.setdefault(finding.rule, []).append(finding)
     suite = ET.Element("testsuite", name=xml_text(host))
     counts = {"failures": 0, "skipped": 0}
     for code in sorted(names):
@@ -109,8 +114,8 @@ def _suite(
 
 def _testcase(
     case: ET.Element,
-    findings: Sequence[Mapping[str, Any]],
-    outcome: Mapping[str, Any] | None,
+    findings: Sequence[RegisterFinding],
+    outcome: RuleOutcome | None,
     fail_on: str | None,
 ) -> str | None:
     """Attach the testcase's result; return "failures", "skipped" or None (passed).
@@ -118,35 +123,32 @@ def _testcase(
     Open findings that do not fail it (below the threshold, or info) go to ``system-out``,
     whatever the result.
     """
-    open_findings = [f for f in findings if f.get("status", "open") == "open"]
-    risks = [f for f in open_findings if is_risk_severity(f["severity"])]
-    failing = [f for f in risks if fail_on is None or at_or_above(f["severity"], fail_on)]
+    open_findings = [f for f in findings if f.status == OPEN]
+    risks = [f for f in open_findings if is_risk_severity(f.severity)]
+    failing = [f for f in risks if fail_on is None or at_or_above(f.severity, fail_on)]
     below = [f for f in risks if f not in failing]
-    info = [f for f in open_findings if not is_risk_severity(f["severity"])]
+    info = [f for f in open_findings if not is_risk_severity(f.severity)]
     result: str | None = None
-    state = (outcome or {}).get("outcome")
+    state = outcome.outcome.value if outcome else None
     if failing:
         worst = failing[0]  # the register lists findings most severe first
         element = ET.SubElement(
             case,
             "failure",
-            message=xml_text(f"{len(failing)} open finding(s): {worst['message']}"),
-            type=worst["severity"],
+            message=xml_text(f"{len(failing)} open finding(s): {worst.finding.message}"),
+            type=worst.severity.value,
         )
         element.text = xml_text(_describe_all(failing))
         result = "failures"
-    elif state in _SKIPPED:
-        reason = str((outcome or {}).get("reason") or "no reason recorded")
+    elif outcome is not None and state in _SKIPPED:
+        reason = outcome.reason or "no reason recorded"
         element = ET.SubElement(case, "skipped", message=xml_text(f"{_SKIPPED[state]}: {reason}"))
         element.text = xml_text(reason)
         result = "skipped"
     elif findings and not open_findings:
-        waiver = findings[0].get("waiver") or {}
-        ET.SubElement(
-            case,
-            "skipped",
-            message=xml_text(f"waived until {waiver.get('expires')}: {waiver.get('reason', '')}"),
-        )
+        waiver = findings[0].waiver
+        expires, why = (waiver.expires, waiver.reason) if waiver else (None, "")
+        ET.SubElement(case, "skipped", message=xml_text(f"waived until {expires}: {why}"))
         result = "skipped"
     parts = []
     if below:
@@ -158,18 +160,23 @@ def _testcase(
     return result
 
 
-def _describe_all(findings: Sequence[Mapping[str, Any]]) -> str:
-    return "\n\n".join(_describe(f) for f in findings)
+def _describe_all(findings: Sequence[RegisterFinding]) -> str:
+    return "\n\n".join(_describe(f.finding) for f in findings)
 
 
-def _describe(finding: Mapping[str, Any]) -> str:
-    evidence = finding.get("evidence") or {}
-    gpu = "" if finding.get("gpu") is None else f" GPU {finding['gpu']}"
-    excerpt = str(evidence.get("excerpt") or "")[:_EXCERPT_CHARS]
+def _describe(finding: Finding) -> str:
+    evidence = finding.evidence
+    gpu = "" if finding.gpu is None else f" GPU {finding.gpu}"
+    excerpt = str(evidence.excerpt or "")[:_EXCERPT_CHARS]
     return (
-        f"[{finding['severity']}] {finding['host']}{gpu}: {finding['message']}\n"
-        f"evidence: {evidence.get('fact')} = {evidence.get('actual')!r}"
-        f" (expected {evidence.get('expected')!r})\n"
+        f"[{finding.severity.value}] {finding.host}{gpu}: {finding.message}\n"
+        f"evidence: {evidence.fact} = {_jsonish(evidence.actual)!r}"
+        f" (expected {_jsonish(evidence.expected)!r})\n"
         + (f"host output: {excerpt}\n" if excerpt else "")
-        + f"remediation: {finding.get('remediation', '')}"
+        + f"remediation: {finding.remediation}"
     )
+
+
+def _jsonish(value: Any) -> Any:
+    """A value as register.json shows it (tuples as lists), so both read alike."""
+    return json.loads(json.dumps(value, default=str))

@@ -17,11 +17,12 @@ from __future__ import annotations
 import csv
 import io
 import json
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
-from gpuaudit.report.register import SEVERITY_ORDER, is_open_risk
+from gpuaudit.report.register import SEVERITY_ORDER
+from gpuaudit.report.register_types import ChecklistScore, Register, Risk, Trends
 
 CSV_FILE = "register.csv"
 MARKDOWN_FILE = "summary.md"
@@ -65,14 +66,14 @@ def csv_cell(value: Any) -> str:
     return "'" + text if text.startswith(_FORMULA_START) else text
 
 
-def render_csv(register: Mapping[str, Any]) -> str:
+def render_csv(register: Register) -> str:
     out = io.StringIO()
     writer = csv.writer(out, quoting=csv.QUOTE_MINIMAL, lineterminator="\r\n")
     writer.writerow(CSV_COLUMNS)
-    for finding in register.get("findings", []):
-        evidence = finding.get("evidence") or {}
-        row = {**finding, "actual": evidence.get("actual"), "expected": evidence.get("expected")}
-        row.setdefault("status", "open")
+    for finding in register.findings:
+        row = finding.to_dict()
+        evidence = row["evidence"]
+        row.update(actual=evidence.get("actual"), expected=evidence.get("expected"))
         writer.writerow([csv_cell(row.get(column)) for column in CSV_COLUMNS])
     return out.getvalue()
 
@@ -92,46 +93,42 @@ def _some(names: Iterable[Any], limit: int = 3) -> str:
     return shown + (f" and {len(items) - limit} more" if len(items) > limit else "")
 
 
-def render_markdown(register: Mapping[str, Any]) -> str:
-    summary = register.get("summary", {})
-    risks = register.get("risks", [])
-    by_status = summary.get("risks_by_status", {})
+def render_markdown(register: Register) -> str:
+    summary = register.summary
+    risks = register.risks
+    by_status = summary.risks_by_status
     lines = [
-        f"# gpuaudit risk register {md(register.get('run_id') or '')}".rstrip(),
+        f"# gpuaudit risk register {md(register.run_id or '')}".rstrip(),
         "",
-        f"Generated {md(register.get('generated_at'))}: {summary.get('host_count', 0)} hosts, "
-        f"{summary.get('gpu_count', 0)} GPUs, {summary.get('finding_count', 0)} findings in "
+        f"Generated {md(register.generated_at)}: {summary.host_count} hosts, "
+        f"{summary.gpu_count} GPUs, {summary.finding_count} findings in "
         f"{len(risks)} risks ({by_status.get('open', 0)} open, "
-        f"{by_status.get('waived', 0)} waived, {summary.get('info_risk_count', 0)} "
+        f"{by_status.get('waived', 0)} waived, {summary.info_risk_count} "
         "informational).",
-        *_outcome_line(summary.get("outcomes")),
+        *_outcome_line(summary.outcomes),
         "",
         "| severity | findings | open risks |",
         "| --- | ---: | ---: |",
     ]
-    open_by_severity = summary.get("open_risks_by_severity", {})
     for severity in SEVERITY_ORDER:
-        count = summary.get("findings_by_severity", {}).get(severity.value, 0)
-        lines.append(f"| {severity.value} | {count} | {open_by_severity.get(severity.value, 0)} |")
+        count = summary.findings_by_severity.get(severity.value, 0)
+        open_risks = summary.open_risks_by_severity.get(severity.value, 0)
+        lines.append(f"| {severity.value} | {count} | {open_risks} |")
     lines += ["", "## Hosts not ok", ""]
-    status = {h["name"]: h for h in register.get("hosts", [])}
-    not_ok = summary.get("hosts_not_ok", [])
-    for name in not_ok:
-        host = status.get(name, {})
-        detail = host.get("status_detail") or ""
-        lines.append(
-            f"- {md(name)}: {md(host.get('status'))}" + (f" ({md(detail)})" if detail else "")
-        )
-    if not not_ok:
+    for name in summary.hosts_not_ok:
+        host = register.host(name)
+        status, detail = (host.status, host.status_detail) if host else ("", "")
+        lines.append(f"- {md(name)}: {md(status)}" + (f" ({md(detail)})" if detail else ""))
+    if not summary.hosts_not_ok:
         lines.append("Every host was audited and is ok.")
     lines += _top_risks(risks)
-    lines += _checklists(register.get("checklists") or {})
-    lines += _trends(register.get("trends"))
+    lines += _checklists(register.checklists)
+    lines += _trends(register.trends)
     return "\n".join(lines) + "\n"
 
 
-def _outcome_line(outcomes: Mapping[str, int] | None) -> list[str]:
-    if not outcomes or not any(outcomes.values()):
+def _outcome_line(outcomes: Mapping[str, int]) -> list[str]:
+    if not any(outcomes.values()):
         return []
     return [
         "",
@@ -141,8 +138,8 @@ def _outcome_line(outcomes: Mapping[str, int] | None) -> list[str]:
     ]
 
 
-def _top_risks(risks: list[dict[str, Any]]) -> list[str]:
-    open_risks = [r for r in risks if is_open_risk(r)]
+def _top_risks(risks: Sequence[Risk]) -> list[str]:
+    open_risks = [r for r in risks if r.is_open]
     lines = ["", "## Top risks", ""]
     if not open_risks:
         return [*lines, "No open risks."]
@@ -151,63 +148,65 @@ def _top_risks(risks: list[dict[str, Any]]) -> list[str]:
         "| --- | --- | --- | --- | ---: | --- | ---: |",
     ]
     for risk in open_risks[:TOP_RISKS]:
-        hosts = risk.get("affected_hosts", [])
+        hosts = risk.affected_hosts
         lines.append(
-            f"| {md(risk['severity'])} | {md(risk['id'])} | {md(risk['title'])} "
-            f"| {md(risk['owner'])} | {risk['score']} | {len(hosts)}: {_some(hosts)} "
-            f"| {risk['finding_count']} |"
+            f"| {md(risk.severity.value)} | {md(risk.id)} | {md(risk.title)} "
+            f"| {md(risk.owner.value)} | {risk.score} | {len(hosts)}: {_some(hosts)} "
+            f"| {risk.finding_count} |"
         )
     if len(open_risks) > TOP_RISKS:
         lines += ["", f"…and {len(open_risks) - TOP_RISKS} more open risks in register.json."]
     return lines
 
 
-def _checklists(checklists: Mapping[str, Any]) -> list[str]:
+def _checklists(checklists: Sequence[ChecklistScore]) -> list[str]:
     if not checklists:
         return []
     lines = ["", "## Readiness checklists", ""]
     lines.append("| checklist | fleet score | items checked | host checks not verified |")
     lines.append("| --- | ---: | ---: | ---: |")
-    for checklist in checklists.values():
-        fleet = checklist["fleet"]
-        score = "n/a" if fleet["score_pct"] is None else f"{fleet['score_pct']}%"
-        checked = sum(1 for item in checklist["items"] if item["checked"])
-        unknown = f"{fleet.get('unknown', 0)} of {fleet['checked']}"
+    for checklist in checklists:
+        fleet = checklist.fleet
+        score = "n/a" if fleet.score_pct is None else f"{fleet.score_pct}%"
+        checked = sum(1 for item in checklist.items if item.checked)
+        unknown = f"{fleet.unknown} of {fleet.checked}"
         lines.append(
-            f"| {md(checklist['title'])} | {score} | {checked} of {len(checklist['items'])} "
-            f"| {unknown} |"
+            f"| {md(checklist.title)} | {score} | {checked} of {len(checklist.items)} | {unknown} |"
         )
     return lines
 
 
-def _trends(trends: Mapping[str, Any] | None) -> list[str]:
+def _trends(trends: Trends | None) -> list[str]:
     lines = ["", "## Since the previous audit", ""]
     if not trends:
         return [*lines, "No previous run to compare with."]
-    lines[1] += f" ({md(trends['previous_run_id'])})"
-    resolved = [r["id"] for r in trends["resolved"]]
+    lines[1] += f" ({md(trends.previous_run_id)})"
+    resolved = [r.id for r in trends.resolved]
     lines += [
-        f"- New risks: {len(trends['new'])}"
-        + (f" ({_some(trends['new'], _LIST_LIMIT)})" if trends["new"] else ""),
+        f"- New risks: {len(trends.new)}"
+        + (f" ({_some(trends.new, _LIST_LIMIT)})" if trends.new else ""),
         f"- Resolved: {len(resolved)}" + (f" ({_some(resolved, _LIST_LIMIT)})" if resolved else ""),
-        f"- Persisting: {len(trends['persisting'])}",
+        f"- Persisting: {len(trends.persisting)}",
     ]
-    unverified = [r["id"] for r in trends.get("unverified", [])]
+    unverified = [r.id for r in trends.unverified]
     if unverified:
         lines.append(
             f"- Not re-checked (host not audited this time): {_some(unverified, _LIST_LIMIT)}"
         )
-    for key, label in (("hosts_added", "New hosts"), ("hosts_removed", "Not in this run's scope")):
-        if trends[key]:
-            lines.append(f"- {label}: {_some(trends[key], _LIST_LIMIT)}")
-    for change in trends["driver_changes"][:_LIST_LIMIT]:
-        lines.append(f"- Driver on {md(change['host'])}: {md(change['from'])} → {md(change['to'])}")
-    growth = trends["growth"]
+    for hosts, label in (
+        (trends.hosts_added, "New hosts"),
+        (trends.hosts_removed, "Not in this run's scope"),
+    ):
+        if hosts:
+            lines.append(f"- {label}: {_some(hosts, _LIST_LIMIT)}")
+    for change in trends.driver_changes[:_LIST_LIMIT]:
+        lines.append(f"- Driver on {md(change.host)}: {md(change.before)} → {md(change.after)}")
+    growth = trends.growth
     if growth:
         lines.append(f"- Error counters grew on {len(growth)} GPU counters:")
         lines += [
-            f"  - {md(g['host'])} GPU {md(g['gpu'])} ({md(g['pci_bus_id'])}): "
-            f"{md(g['metric'])} {g['before']} → {g['after']}"
+            f"  - {md(g.host)} GPU {md(g.gpu)} ({md(g.pci_bus_id)}): "
+            f"{md(g.metric)} {g.before} → {g.after}"
             for g in growth[:_LIST_LIMIT]
         ]
     return lines
@@ -231,8 +230,8 @@ def _family(name: str, help_text: str, samples: Iterable[str]) -> list[str]:
     return [f"# HELP {name} {help_text}", f"# TYPE {name} gauge", *samples]
 
 
-def render_prometheus(register: Mapping[str, Any]) -> str:
-    findings = register.get("findings", [])
+def render_prometheus(register: Register) -> str:
+    findings = [f.to_dict() for f in register.findings]
     # Two findings may share every label (one rule, two subjects on one GPU): a textfile must
     # not repeat a series, so they are counted in one sample.
     risk_series: dict[tuple[tuple[str, str], ...], int] = {}
@@ -247,7 +246,7 @@ def render_prometheus(register: Mapping[str, Any]) -> str:
         }
         key = tuple((k, str(v)) for k, v in labels.items())
         risk_series[key] = risk_series.get(key, 0) + 1
-    hosts = {h["name"]: h["status"] for h in register.get("hosts", [])}
+    hosts = {h.name: h.status for h in register.hosts}
     all_hosts = sorted(set(hosts) | {f["host"] for f in findings})
     open_counts: dict[tuple[str, str], int] = {}
     for f in findings:
@@ -284,7 +283,7 @@ def render_prometheus(register: Mapping[str, Any]) -> str:
     lines += _family(
         "gpuaudit_last_run_timestamp_seconds",
         "When the last gpuaudit register was generated, in seconds since the Unix epoch.",
-        [_series("gpuaudit_last_run_timestamp_seconds", {}, _epoch(register.get("generated_at")))],
+        [_series("gpuaudit_last_run_timestamp_seconds", {}, _epoch(register.generated_at))],
     )
     return "\n".join(lines) + "\n"
 

@@ -1,7 +1,7 @@
-"""The risk register as data: the ``register.json`` contract every renderer reads.
+"""The register stage: snapshots and the rules' evaluation → the typed :class:`Register`.
 
-The register is a plain, versioned dict so that the HTML page, CSV / Markdown / JUnit /
-Prometheus views and outside tools all read the same thing. Its shape::
+Every renderer reads the one :class:`~gpuaudit.report.register_types.Register` built here; its
+``to_dict()`` is ``register.json``, the versioned document outside tools read. Its shape::
 
     schema_version  "1.3" (major bumps on breaking changes; minors only add keys)
     generated_at    ISO 8601 UTC
@@ -40,10 +40,24 @@ from typing import Any
 from gpuaudit.model.snapshot import Gpu, HostSnapshot, HostStatus
 from gpuaudit.report.checklists import build_checklists
 from gpuaudit.report.provenance import Provenance
-from gpuaudit.report.risks import OPEN, WAIVED, annotate_finding, build_risks, check_waivers
+from gpuaudit.report.register_types import (
+    OPEN,
+    WAIVED,
+    GpuEntry,
+    HostEntry,
+    Register,
+    RegisterFinding,
+    Risk,
+    Summary,
+    at_or_above,
+    is_risk_severity,
+)
+from gpuaudit.report.risks import build_risks, check_waivers, register_finding
 from gpuaudit.report.trends import PreviousRun, build_trends
 from gpuaudit.rules.audit import NOT_COLLECTED
 from gpuaudit.rules.base import REGISTRY, Finding, Outcome, Owner, RuleOutcome, Severity
+
+__all__ = ["Register", "at_or_above", "build_register", "is_risk_severity"]
 
 REGISTER_SCHEMA_VERSION = "1.3"
 
@@ -76,121 +90,79 @@ def sort_snapshots(snapshots: Iterable[HostSnapshot]) -> list[HostSnapshot]:
     return sorted(snapshots, key=lambda s: (s.host, s.collected_at))
 
 
-def gpu_entry(gpu: Gpu) -> dict[str, Any]:
-    return {
-        "index": gpu.index,
-        "name": gpu.name,
-        "uuid": gpu.uuid,
-        "pci_bus_id": gpu.pci_bus_id,
-        "vbios": gpu.vbios_version,
-        "memory_total_mib": gpu.memory_total_mib,
-        "status": gpu.status,
-    }
+def gpu_entry(gpu: Gpu) -> GpuEntry:
+    return GpuEntry(
+        gpu.index,
+        gpu.name,
+        gpu.uuid,
+        gpu.pci_bus_id,
+        gpu.vbios_version,
+        gpu.memory_total_mib,
+        gpu.status,
+    )
 
 
 def host_entry(
     snapshot: HostSnapshot,
     by_severity: Counter[Severity],
     outcomes: Iterable[RuleOutcome] = (),
-) -> dict[str, Any]:
+) -> HostEntry:
     """One host row; ``by_severity`` counts the findings on this host, ``outcomes`` are the
     rules' outcomes on it."""
-    return {
-        "name": snapshot.host,
-        "status": snapshot.status.value,
-        "status_detail": snapshot.status_detail,
-        "collected_at": snapshot.collected_at,
-        "snapshot_schema_version": snapshot.schema_version,
-        "driver_version": snapshot.driver_version,
-        "cuda_version": snapshot.cuda_version,
-        "os": snapshot.os.pretty_name,
-        "kernel": snapshot.os.kernel,
-        "gpus": [gpu_entry(g) for g in sorted(snapshot.gpus, key=lambda g: g.index)],
-        "finding_count": sum(by_severity.values()),
-        "findings_by_severity": {s.value: by_severity.get(s, 0) for s in SEVERITY_ORDER},
-        "outcomes": {o.rule: o.to_dict() for o in sorted(outcomes, key=lambda o: o.rule)},
-    }
-
-
-def at_or_above(severity: str, threshold: str) -> bool:
-    """Whether ``severity`` is ``threshold`` or more severe (both severity names)."""
-    return Severity(severity).rank >= Severity(threshold).rank
-
-
-def is_risk_severity(severity: str) -> bool:
-    """Whether findings of ``severity`` are risks; info findings only inform (GA801's model
-    sizes), as kube-bench's INFO checks never fail."""
-    return severity != Severity.INFO.value
-
-
-def is_open_risk(risk: dict[str, Any]) -> bool:
-    """An open risk: not waived, and above info (its most severe finding sets its severity)."""
-    return risk["status"] == OPEN and is_risk_severity(risk["severity"])
-
-
-def open_risks_at_or_above(register: dict[str, Any], threshold: str) -> list[dict[str, Any]]:
-    """The risks with an open finding at ``threshold`` or above (what ``--fail-on`` counts).
-
-    Counted on open findings, not on the risk's overall severity: a risk whose critical finding
-    is waived and whose other findings are low must not fail a ``--fail-on high`` gate. Info
-    findings are never counted, whatever the threshold.
-    """
-    findings = register.get("findings", [])
-
-    def counts(finding: dict[str, Any]) -> bool:
-        severity = finding["severity"]
-        return is_risk_severity(severity) and at_or_above(severity, threshold)
-
-    if "risks" not in register:  # a register from before risks: every finding is open
-        return [f for f in findings if counts(f)]
-    return [
-        risk
-        for risk in register["risks"]
-        if any(
-            findings[i].get("status", OPEN) == OPEN and counts(findings[i])
-            for i in risk["findings"]
-        )
-    ]
+    return HostEntry(
+        name=snapshot.host,
+        status=snapshot.status.value,
+        status_detail=snapshot.status_detail,
+        collected_at=snapshot.collected_at,
+        snapshot_schema_version=snapshot.schema_version,
+        driver_version=snapshot.driver_version,
+        cuda_version=snapshot.cuda_version,
+        os=snapshot.os.pretty_name,
+        kernel=snapshot.os.kernel,
+        gpus=tuple(gpu_entry(g) for g in sorted(snapshot.gpus, key=lambda g: g.index)),
+        finding_count=sum(by_severity.values()),
+        findings_by_severity={s.value: by_severity.get(s, 0) for s in SEVERITY_ORDER},
+        outcomes=tuple(sorted(outcomes, key=lambda o: o.rule)),
+    )
 
 
 def build_summary(
     snapshots: Sequence[HostSnapshot],
     findings: Sequence[Finding],
-    risks: Sequence[dict[str, Any]] = (),
+    risks: Sequence[Risk] = (),
     outcomes: Sequence[RuleOutcome] = (),
-) -> dict[str, Any]:
+) -> Summary:
     severities = Counter(f.severity for f in findings)
     results = Counter(o.outcome for o in outcomes)
     categories = Counter(f.category for f in findings)
     owners = Counter(f.owner for f in findings)
     statuses = Counter(s.status for s in snapshots)
-    return {
-        "host_count": len(snapshots),
-        "gpu_count": sum(len(s.gpus) for s in snapshots),
-        "finding_count": len(findings),
-        "findings_by_severity": {s.value: severities.get(s, 0) for s in SEVERITY_ORDER},
+    return Summary(
+        host_count=len(snapshots),
+        gpu_count=sum(len(s.gpus) for s in snapshots),
+        finding_count=len(findings),
+        findings_by_severity={s.value: severities.get(s, 0) for s in SEVERITY_ORDER},
         # Categories are open-ended (rules name them): list the ones present, by name.
-        "findings_by_category": {c: categories[c] for c in sorted(categories)},
-        "findings_by_owner": {o.value: owners.get(o, 0) for o in Owner},
-        "hosts_by_status": {st.value: statuses.get(st, 0) for st in HostStatus},
+        findings_by_category={c: categories[c] for c in sorted(categories)},
+        findings_by_owner={o.value: owners.get(o, 0) for o in Owner},
+        hosts_by_status={st.value: statuses.get(st, 0) for st in HostStatus},
         # Hosts the audit could not fully see: the first thing a reader must know.
-        "hosts_not_ok": sorted({s.host for s in snapshots if s.status is not HostStatus.OK}),
-        "risk_count": len(risks),
+        hosts_not_ok=tuple(sorted({s.host for s in snapshots if s.status is not HostStatus.OK})),
+        risk_count=len(risks),
         # Info risks are neither open nor waived: they are counted on their own.
-        "risks_by_status": {
-            OPEN: sum(1 for r in risks if is_open_risk(r)),
-            WAIVED: sum(1 for r in risks if r["status"] == WAIVED),
+        risks_by_status={
+            OPEN: sum(1 for r in risks if r.is_open),
+            WAIVED: sum(1 for r in risks if r.status == WAIVED),
         },
-        "info_risk_count": sum(
-            1 for r in risks if r["status"] == OPEN and not is_risk_severity(r["severity"])
+        info_risk_count=sum(
+            1 for r in risks if r.status == OPEN and not is_risk_severity(r.severity)
         ),
-        "open_risks_by_severity": {
-            s.value: sum(1 for r in risks if is_open_risk(r) and r["severity"] == s.value)
-            for s in SEVERITY_ORDER
+        open_risks_by_severity={
+            s.value: sum(1 for r in risks if r.is_open and r.severity is s) for s in SEVERITY_ORDER
         },
         # Host × rule: how many rules failed, passed, could not look, or are turned off.
-        "outcomes": {o.value: results.get(o, 0) for o in Outcome},
-    }
+        outcomes={o.value: results.get(o, 0) for o in Outcome},
+    )
 
 
 def rule_titles(outcomes: Iterable[RuleOutcome], findings: Iterable[Finding]) -> dict[str, str]:
@@ -212,8 +184,8 @@ def build_register(
     previous: PreviousRun | None = None,
     provenance: Provenance | None = None,
     outcomes: Sequence[RuleOutcome] | None = None,
-) -> dict[str, Any]:
-    """Assemble the register dict (JSON-ready) from snapshots and the findings on them.
+) -> Register:
+    """The register of snapshots and the findings on them.
 
     ``policy`` supplies waivers when it has ``waiver_status`` (see risks.py); they are judged
     on the day of ``generated_at``, so rebuilding an old run gives the same answer. ``previous``
@@ -225,11 +197,10 @@ def build_register(
     ordered_snapshots = sort_snapshots(snapshots)
     ordered_findings = sort_findings(findings)
     checks = check_waivers(ordered_findings, policy, _day(generated_at))
-    entries = []
-    for finding, check in zip(ordered_findings, checks, strict=True):
-        entry = finding.to_dict()
-        annotate_finding(entry, finding, check)
-        entries.append(entry)
+    entries: list[RegisterFinding] = [
+        register_finding(finding, check)
+        for finding, check in zip(ordered_findings, checks, strict=True)
+    ]
     risks = build_risks(ordered_findings, checks)
     per_host: dict[str, Counter[Severity]] = {}
     for finding in ordered_findings:
@@ -239,23 +210,27 @@ def build_register(
     host_outcomes: dict[str, list[RuleOutcome]] = {}
     for outcome in outcomes:
         host_outcomes.setdefault(outcome.host, []).append(outcome)
-    return {
-        "schema_version": REGISTER_SCHEMA_VERSION,
-        "generated_at": generated_at,
-        "run_id": run_id,
-        "summary": build_summary(ordered_snapshots, ordered_findings, risks, outcomes),
-        "hosts": [
+    return Register(
+        schema_version=REGISTER_SCHEMA_VERSION,
+        generated_at=generated_at,
+        run_id=run_id,
+        summary=build_summary(ordered_snapshots, ordered_findings, risks, outcomes),
+        hosts=tuple(
             host_entry(s, per_host.get(s.host, Counter()), host_outcomes.get(s.host, ()))
             for s in ordered_snapshots
-        ],
-        "rules": rule_titles(outcomes, ordered_findings),
-        "risks": risks,
-        "findings": entries,
-        "checklists": build_checklists(audited, entries, outcomes),
-        "trends": build_trends(ordered_snapshots, risks, previous),
-        # Where the register came from (provenance.py); absent when not given.
-        **({"provenance": provenance.to_dict()} if provenance is not None else {}),
-    }
+        ),
+        rules=rule_titles(outcomes, ordered_findings),
+        risks=tuple(risks),
+        findings=tuple(entries),
+        checklists=build_checklists(audited, entries, outcomes),
+        trends=build_trends(ordered_snapshots, risks, previous),
+        provenance=provenance,
+    )
+
+
+def open_risks_at_or_above(register: Register, threshold: str) -> list[Risk]:
+    """The risks with an open finding at ``threshold`` or above (Register's method)."""
+    return register.open_risks_at_or_above(threshold)
 
 
 def _day(timestamp: str) -> date:

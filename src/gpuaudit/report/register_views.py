@@ -1,9 +1,8 @@
 """What the HTML page shows of the register's risks, waivers, trends and checklists.
 
-The register grows keys over time (``risks``, ``checklists``, ``trends``; ``status``,
-``waiver`` and ``override_reason`` on findings). The page renders each one when it is present
-and leaves its panel out when it is not, so a register written by an older gpuaudit still
-renders. Every value read here goes through ``.get`` with a default for the same reason.
+The page embeds its data as JSON, so these views read the register's document
+(``Register.to_dict()``, what register.json holds) and return the page's own entries; a panel
+whose part is empty is left out.
 
 Like views.py, this module returns plain data and leaves escaping to the template and to the
 page script (which only ever sets ``textContent``).
@@ -17,7 +16,8 @@ from typing import Any
 
 from gpuaudit.report.provenance import Scope
 from gpuaudit.report.references import reference_view
-from gpuaudit.report.register import SEVERITY_ORDER, is_risk_severity
+from gpuaudit.report.register import SEVERITY_ORDER
+from gpuaudit.report.register_types import is_risk_severity
 
 RISK_STATUSES = ("open", "waived", "resolved")
 # Long lists in the summary panels are cut here: the page stays light on a large fleet and
@@ -28,55 +28,6 @@ _SEVERITY_RANK = {s.value: s.rank for s in SEVERITY_ORDER}
 
 def severity_rank(severity: Any) -> int:
     return _SEVERITY_RANK.get(severity, -1) if isinstance(severity, str) else -1
-
-
-def risks_from_findings(findings: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
-    """One open risk per rule, for registers written before risks were grouped upstream.
-
-    Findings arrive most severe first, so a group's first finding sets its severity and score.
-    """
-    risks: dict[str, dict[str, Any]] = {}
-    for number, finding in enumerate(findings):
-        rule = str(finding.get("rule", ""))
-        risk = risks.get(rule)
-        if risk is None:
-            risk = risks[rule] = {
-                key: finding.get(key)
-                for key in (
-                    "rule",
-                    "title",
-                    "category",
-                    "owner",
-                    "severity",
-                    "likelihood",
-                    "impact",
-                    "score",
-                    "remediation",
-                    "operation",
-                    "references",
-                )
-            }
-            risk.update(
-                id=rule,
-                status="open",
-                waiver=None,
-                waiver_expired=False,
-                affected_hosts=[],
-                affected_gpus=[],
-                findings=[],
-            )
-        risk["findings"].append(number)
-        host = finding.get("host")
-        if host not in risk["affected_hosts"]:
-            risk["affected_hosts"].append(host)
-        if finding.get("gpu") is not None:
-            risk["affected_gpus"].append(
-                {"host": host, "gpu": finding.get("gpu"), "gpu_name": finding.get("gpu_name")}
-            )
-    for risk in risks.values():
-        risk["affected_hosts"].sort(key=str)
-        risk["finding_count"] = len(risk["findings"])
-    return list(risks.values())
 
 
 def _as_list(value: Any) -> list[Any]:
@@ -101,14 +52,13 @@ def _waiver_view(risk: Mapping[str, Any]) -> dict[str, Any] | None:
 def risk_views(
     register: Mapping[str, Any], docs_pages: Set[str] = frozenset()
 ) -> list[dict[str, Any]]:
-    """The register's risks, normalised for the page (grouped here when the register is not).
+    """The register's risks (its document's), as the page shows them.
 
     ``docs_pages`` are the docs pages next to the page (references.py): references to them
     become links, like web addresses.
     """
     findings = _as_list(register.get("findings"))
-    raw = register.get("risks")
-    risks = _as_list(raw) if raw is not None else risks_from_findings(findings)
+    risks = _as_list(register.get("risks"))
     views = []
     for number, risk in enumerate(r for r in risks if isinstance(r, Mapping)):
         status = risk.get("status")
@@ -162,7 +112,7 @@ def filter_options(risks: Sequence[Mapping[str, Any]]) -> dict[str, list[str]]:
 
 
 def status_counts(risks: Sequence[Mapping[str, Any]]) -> dict[str, int]:
-    """Risks by status; an open info risk only informs (register.is_open_risk), counted apart."""
+    """Risks by status; an open info risk only informs (Risk.is_open), counted apart."""
     counts = Counter(
         "info" if r["status"] == "open" and not is_risk_severity(r["severity"]) else r["status"]
         for r in risks

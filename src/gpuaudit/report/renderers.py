@@ -1,7 +1,8 @@
 """Every format the register is written in, behind one interface.
 
-A :class:`Renderer` turns one :class:`RenderInput` — the register, the snapshots it was built
-from, the docs pages the run directory holds — into the text of one file of the run directory:
+A :class:`Renderer` turns one :class:`RenderInput` — the typed register (register_types.py),
+the snapshots it was built from, the docs pages the run directory holds — into the text of one
+file of the run directory:
 register.json, the HTML page, register.csv, summary.md, junit.xml and gpuaudit.prom, in the
 manner of pip-audit's output formats. :func:`render_all` renders every one of them and the copies
 of the docs pages the register cites, in memory, register.json last: nothing is written here
@@ -11,7 +12,7 @@ of the docs pages the register cites, in memory, register.json last: nothing is 
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
@@ -29,6 +30,7 @@ from gpuaudit.report.outputs import (
     render_prometheus,
 )
 from gpuaudit.report.references import DOCS_DIR, docs_file, docs_pages
+from gpuaudit.report.register_types import Register
 
 REGISTER_FILE = "register.json"
 HTML_FILE = "index.html"
@@ -40,7 +42,7 @@ class RenderInput:
     built from, the docs pages the run directory holds copies of (the page links them), and
     junit.xml's failure threshold."""
 
-    register: dict[str, Any]
+    register: Register
     snapshots: Sequence[HostSnapshot] = ()
     docs_pages: frozenset[str] = frozenset()
     fail_on: str | None = None
@@ -66,9 +68,10 @@ class Format:
         return self.to_text(given)
 
 
-def register_json(register: Mapping[str, Any]) -> str:
+def register_json(register: Register) -> str:
     """register.json's text; a number that is not finite is refused, never written."""
-    return json.dumps(register, indent=1, ensure_ascii=False, allow_nan=False) + "\n"
+    document = register.to_dict()
+    return json.dumps(document, indent=1, ensure_ascii=False, allow_nan=False) + "\n"
 
 
 RENDERERS: tuple[Renderer, ...] = (
@@ -82,7 +85,7 @@ RENDERERS: tuple[Renderer, ...] = (
 
 
 def render_all(
-    register: dict[str, Any],
+    register: Register,
     snapshots: Sequence[HostSnapshot],
     *,
     fail_on: str | None = None,
@@ -110,12 +113,12 @@ def docs_copies(references: Sequence[Any], docs_dir: Path | None = None) -> dict
     return {page: docs_file(page, docs_dir).read_text(encoding="utf-8") for page in pages}
 
 
-def cited_references(register: Mapping[str, Any]) -> list[Any]:
+def cited_references(register: Register) -> list[str]:
     """Every reference the register's risks and checklists cite, once each, in order."""
-    cited: dict[Any, None] = {}
-    for risk in register.get("risks") or ():
-        cited.update(dict.fromkeys(risk.get("references") or ()))
-    for checklist in (register.get("checklists") or {}).values():
-        if checklist.get("reference"):
-            cited[checklist["reference"]] = None
+    cited: dict[str, None] = {}
+    for risk in register.risks:
+        cited.update(dict.fromkeys(risk.references))
+    for checklist in register.checklists:
+        if checklist.reference:
+            cited[checklist.reference] = None
     return list(cited)

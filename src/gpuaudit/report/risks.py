@@ -29,11 +29,18 @@ from dataclasses import dataclass
 from datetime import date
 from typing import Any
 
-from gpuaudit.rules.base import Finding, Severity
+from gpuaudit.report.register_types import (
+    OPEN,
+    RESOLVED,
+    WAIVED,
+    AffectedGpu,
+    RegisterFinding,
+    Risk,
+    Waiver,
+)
+from gpuaudit.rules.base import Finding
 
-OPEN = "open"
-WAIVED = "waived"
-RESOLVED = "resolved"
+__all__ = ["OPEN", "RESOLVED", "WAIVED", "build_risks", "check_waivers", "risk_id"]
 # Presentation order of risk statuses: what needs work first.
 STATUS_ORDER = (OPEN, WAIVED, RESOLVED)
 
@@ -46,7 +53,7 @@ class WaiverCheck:
     """What the policy said about one finding."""
 
     status: str  # OPEN | WAIVED
-    waiver: dict[str, Any] | None = None
+    waiver: Waiver | None = None
     expired: bool = False
 
 
@@ -71,17 +78,18 @@ def risk_id(finding: Finding) -> str:
     return finding.rule if key is None else f"{finding.rule}:{key}"
 
 
-def waiver_entry(waiver: Any) -> dict[str, Any]:
-    """A waiver as JSON: its reason, expiry date, host pattern and owner."""
+def waiver_entry(waiver: Any) -> Waiver:
+    """A policy's waiver as the register shows it: its reason, expiry date, host pattern and
+    owner."""
     expires = getattr(waiver, "expires", None)
     hosts = getattr(waiver, "hosts", None)
     owner = getattr(waiver, "owner", None)
-    return {
-        "reason": str(getattr(waiver, "reason", "") or ""),
-        "expires": expires.isoformat() if isinstance(expires, date) else _text(expires),
-        "hosts": [str(h) for h in hosts] if isinstance(hosts, (list, tuple)) else _text(hosts),
-        "owner": _text(getattr(owner, "value", owner)),
-    }
+    return Waiver(
+        str(getattr(waiver, "reason", "") or ""),
+        expires.isoformat() if isinstance(expires, date) else _text(expires),
+        tuple(str(h) for h in hosts) if isinstance(hosts, (list, tuple)) else _text(hosts),
+        _text(getattr(owner, "value", owner)),
+    )
 
 
 def _text(value: Any) -> str | None:
@@ -106,17 +114,14 @@ def check_waivers(findings: Sequence[Finding], policy: object, on: date) -> list
     return checks
 
 
-def annotate_finding(entry: dict[str, Any], finding: Finding, check: WaiverCheck) -> None:
-    """Add the risk id and the waiver state to a finding's register entry."""
-    entry["risk"] = risk_id(finding)
-    entry["status"] = check.status
-    entry["waiver"] = check.waiver
-    entry["waiver_expired"] = check.expired
+def register_finding(finding: Finding, check: WaiverCheck) -> RegisterFinding:
+    """The finding as the register holds it: with its risk id and its waiver state."""
+    return RegisterFinding(finding, risk_id(finding), check.status, check.waiver, check.expired)
 
 
 def build_risks(
     findings: Sequence[Finding], checks: Sequence[WaiverCheck] | None = None
-) -> list[dict[str, Any]]:
+) -> list[Risk]:
     """Group findings (in register order: indices refer to it) into sorted risk entries."""
     checks = list(checks) if checks is not None else [NO_WAIVER] * len(findings)
     groups: dict[str, list[int]] = {}
@@ -126,18 +131,13 @@ def build_risks(
     return sorted(risks, key=risk_sort_key)
 
 
-def risk_sort_key(risk: Mapping[str, Any]) -> tuple[Any, ...]:
-    return (
-        STATUS_ORDER.index(risk["status"]),
-        -Severity(risk["severity"]).rank,
-        -risk["score"],
-        risk["id"],
-    )
+def risk_sort_key(risk: Risk) -> tuple[Any, ...]:
+    return (STATUS_ORDER.index(risk.status), -risk.severity.rank, -risk.score, risk.id)
 
 
 def _risk(
     rid: str, indices: list[int], findings: Sequence[Finding], checks: Sequence[WaiverCheck]
-) -> dict[str, Any]:
+) -> Risk:
     members = [findings[i] for i in indices]
     member_checks = [checks[i] for i in indices]
     # The most severe finding speaks for the risk (owner, remediation); the highest score sets
@@ -149,30 +149,30 @@ def _risk(
         {(f.host, f.gpu, f.gpu_name or "") for f in members if f.gpu is not None},
         key=lambda g: (g[0], g[1], g[2]),
     )
-    return {
-        "id": rid,
-        "rule": lead.rule,
-        "title": lead.title,
-        "category": lead.category,
-        "owner": lead.owner.value,
-        "severity": lead.severity.value,
-        "likelihood": scored.likelihood,
-        "impact": scored.impact,
-        "score": scored.score,
-        "status": WAIVED if waived else OPEN,
-        "waiver": _risk_waiver(member_checks, waived),
-        "waiver_expired": any(c.expired for c in member_checks),
-        "affected_hosts": sorted({f.host for f in members}),
-        "affected_gpus": [{"host": h, "gpu": g, "gpu_name": n or None} for h, g, n in gpus],
-        "finding_count": len(members),
-        "remediation": lead.remediation,
-        "operation": lead.operation,
-        "references": list(dict.fromkeys(ref for f in members for ref in f.references)),
-        "findings": indices,
-    }
+    return Risk(
+        id=rid,
+        rule=lead.rule,
+        title=lead.title,
+        category=lead.category,
+        owner=lead.owner,
+        severity=lead.severity,
+        likelihood=scored.likelihood,
+        impact=scored.impact,
+        score=scored.score,
+        status=WAIVED if waived else OPEN,
+        waiver=_risk_waiver(member_checks, waived),
+        waiver_expired=any(c.expired for c in member_checks),
+        affected_hosts=tuple(sorted({f.host for f in members})),
+        affected_gpus=tuple(AffectedGpu(h, g, n or None) for h, g, n in gpus),
+        finding_count=len(members),
+        remediation=lead.remediation,
+        operation=lead.operation,
+        references=tuple(dict.fromkeys(ref for f in members for ref in f.references)),
+        findings=tuple(indices),
+    )
 
 
-def _risk_waiver(checks: Sequence[WaiverCheck], waived: bool) -> dict[str, Any] | None:
+def _risk_waiver(checks: Sequence[WaiverCheck], waived: bool) -> Waiver | None:
     """The waiver a reader needs to see for the risk.
 
     Waived: the covering waiver that runs out first (when the risk reopens). Open: the expired
@@ -180,7 +180,7 @@ def _risk_waiver(checks: Sequence[WaiverCheck], waived: bool) -> dict[str, Any] 
     """
     entries = [c.waiver for c in checks if c.waiver is not None]
     if waived:
-        return min(entries, key=lambda w: (w["expires"] is None, w["expires"] or ""), default=None)
+        return min(entries, key=lambda w: (w.expires is None, w.expires or ""), default=None)
     expired = [c.waiver for c in checks if c.expired and c.waiver is not None]
     candidates = expired or entries
     return candidates[0] if candidates else None

@@ -11,23 +11,24 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
+
+from gpuaudit.report.register_types import RolloutSummary
 
 OPEN_STATUSES = ("running", "halted", "paused")
 _MAX_TEXT = 500
 
 
-def open_rollouts(reports_dir: Path) -> list[dict[str, Any]]:
+def open_rollouts(reports_dir: Path) -> list[RolloutSummary]:
     """Summaries of the rollouts under ``reports_dir/upgrades`` that are not completed, the
     most recently updated first."""
     found = []
     for path in sorted((Path(reports_dir) / "upgrades").glob("*/rollout.json")):
         found.append(_summary(path))
-    found = [r for r in found if r["status"] in (*OPEN_STATUSES, "unreadable")]
-    return sorted(found, key=lambda r: str(r["updated_at"] or ""), reverse=True)
+    found = [r for r in found if r.status in (*OPEN_STATUSES, "unreadable")]
+    return sorted(found, key=lambda r: r.updated_at, reverse=True)
 
 
-def _summary(path: Path) -> dict[str, Any]:
+def _summary(path: Path) -> RolloutSummary:
     rollout_id = path.parent.name
     link = f"../upgrades/{rollout_id}/index.html"
     try:
@@ -39,22 +40,22 @@ def _summary(path: Path) -> dict[str, Any]:
         for host in hosts if isinstance(hosts, list) else []:
             outcome = str(host.get("outcome")) if isinstance(host, dict) else "?"
             outcomes[outcome] = outcomes.get(outcome, 0) + 1
-        return {
-            "rollout_id": rollout_id,
-            "status": str(document.get("status") or "unreadable"),
-            "reason": str(document.get("reason") or "")[:_MAX_TEXT],
-            "target_version": str(document.get("target_version") or "")[:_MAX_TEXT],
-            "updated_at": str(document.get("updated_at") or "")[:_MAX_TEXT],
-            "outcomes": dict(sorted(outcomes.items())),
-            "report": link,
-        }
+        return RolloutSummary(
+            rollout_id=rollout_id,
+            status=str(document.get("status") or "unreadable"),
+            reason=str(document.get("reason") or "")[:_MAX_TEXT],
+            target_version=str(document.get("target_version") or "")[:_MAX_TEXT],
+            updated_at=str(document.get("updated_at") or "")[:_MAX_TEXT],
+            outcomes=dict(sorted(outcomes.items())),
+            report=link,
+        )
     except (OSError, ValueError) as exc:
-        return {
-            "rollout_id": rollout_id,
-            "status": "unreadable",
-            "reason": f"rollout.json could not be read: {exc}"[:_MAX_TEXT],
-            "target_version": "",
-            "updated_at": "",
-            "outcomes": {},
-            "report": link,
-        }
+        return RolloutSummary(
+            rollout_id=rollout_id,
+            status="unreadable",
+            reason=f"rollout.json could not be read: {exc}"[:_MAX_TEXT],
+            target_version="",
+            updated_at="",
+            outcomes={},
+            report=link,
+        )

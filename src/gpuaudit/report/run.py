@@ -38,6 +38,7 @@ from typing import TYPE_CHECKING
 from gpuaudit.model.snapshot import HostSnapshot, HostStatus, Section
 from gpuaudit.report.provenance import PROVENANCE_FILE
 from gpuaudit.report.register import utc_now_iso
+from gpuaudit.report.register_types import Register
 from gpuaudit.report.renderers import HTML_FILE as HTML_FILE
 from gpuaudit.report.renderers import REGISTER_FILE as REGISTER_FILE
 
@@ -147,6 +148,11 @@ class RunDir:
     @property
     def html_path(self) -> Path:
         return self.path / HTML_FILE
+
+    def load_register(self) -> Register:
+        """The run's register, read back from register.json; OSError when it cannot be read,
+        ValueError when it is not a register."""
+        return Register.from_dict(json.loads(self.register_path.read_text(encoding="utf-8")))
 
     def snapshot_path(self, host: str) -> Path:
         return self.hosts_dir / safe_host_filename(host)

@@ -57,7 +57,8 @@ from typing import TYPE_CHECKING, Any
 
 from gpuaudit.model.snapshot import Gpu, HostSnapshot, bus_key
 from gpuaudit.report.provenance import Scope, read_provenance
-from gpuaudit.report.risks import RESOLVED, build_risks
+from gpuaudit.report.register_types import CounterGrowth, DriverChange, Risk, RiskBrief, Trends
+from gpuaudit.report.risks import build_risks
 from gpuaudit.rules.audit import NOT_COLLECTED
 from gpuaudit.rules.base import Finding
 
@@ -88,7 +89,7 @@ class PreviousRun:
     run_id: str
     generated_at: str | None
     snapshots: tuple[HostSnapshot, ...]
-    risks: tuple[dict[str, Any], ...]  # id, title, severity, affected_hosts of each risk
+    risks: tuple[RiskBrief, ...]  # id, title, severity, affected_hosts of each risk
     scope: Scope | None = None  # what it covered, when it recorded that (provenance.py)
     notes: tuple[str, ...] = ()
 
@@ -189,7 +190,7 @@ def _previous_risks(
     snapshots: Sequence[HostSnapshot],
     run_path: Path,
     notes: list[str],
-) -> list[dict[str, Any]]:
+) -> list[RiskBrief]:
     risks = register.get("risks") if register else None
     if isinstance(risks, list) and all(isinstance(r, dict) and "id" in r for r in risks):
         return [_risk_brief(r) for r in risks]
@@ -203,7 +204,9 @@ def _previous_risks(
         from gpuaudit.rules import evaluate
 
         findings = list(evaluate(snapshots, policy=_own_policy(run_path, notes)))
-    return [_risk_brief(r) for r in build_risks(findings)]
+    return [
+        RiskBrief(r.id, r.title, r.severity.value, r.affected_hosts) for r in build_risks(findings)
+    ]
 
 
 def _own_policy(run_path: Path, notes: list[str]) -> Policy | None:
@@ -223,20 +226,21 @@ def _own_policy(run_path: Path, notes: list[str]) -> Policy | None:
         return None
 
 
-def _risk_brief(risk: Mapping[str, Any]) -> dict[str, Any]:
-    return {
-        "id": str(risk["id"]),
-        "title": risk.get("title"),
-        "severity": risk.get("severity"),
-        "affected_hosts": sorted(str(h) for h in risk.get("affected_hosts") or ()),
-    }
+def _risk_brief(risk: Mapping[str, Any]) -> RiskBrief:
+    """A risk of a previous register.json, as trends name it."""
+    return RiskBrief(
+        str(risk["id"]),
+        str(risk.get("title") or ""),
+        str(risk.get("severity") or ""),
+        tuple(sorted(str(h) for h in risk.get("affected_hosts") or ())),
+    )
 
 
 def build_trends(
     snapshots: Sequence[HostSnapshot],
-    risks: Sequence[Mapping[str, Any]],
+    risks: Sequence[Risk],
     previous: PreviousRun | None,
-) -> dict[str, Any] | None:
+) -> Trends | None:
     """Compare this run (its snapshots and risks, in register order) with the previous one,
     on the hosts both runs hold (module docstring)."""
     if previous is None:
@@ -245,7 +249,7 @@ def build_trends(
     before = _latest_by_host(previous.snapshots)
     shared = set(now) & set(before)
     audited = {h for h in shared if now[h].status not in NOT_COLLECTED}
-    previous_by_id = {r["id"]: r for r in previous.risks}
+    previous_by_id = {r.id: r for r in previous.risks}
 
     def compared(hosts: Iterable[Any] | None) -> set[str] | None:
         """The compared hosts among a risk's; None for a risk tied to no host."""
@@ -258,22 +262,22 @@ def build_trends(
     fleet_rules = _fleet_rules() if peers_differ else frozenset()
     new, persisting, on_new_hosts, fleet_not_compared = [], [], [], []
     for risk in risks:
-        rid = risk["id"]
-        hosts_now = compared(risk.get("affected_hosts"))
+        rid = risk.id
+        hosts_now = compared(risk.affected_hosts)
         earlier = previous_by_id.get(rid)
         if hosts_now is not None and not hosts_now:
             on_new_hosts.append(rid)  # only on hosts the previous run did not hold
-        elif earlier is not None and compared(earlier["affected_hosts"]) != set():
+        elif earlier is not None and compared(earlier.affected_hosts) != set():
             persisting.append(rid)
         elif _rule_of(rid) in fleet_rules:
             fleet_not_compared.append(rid)
         else:
             new.append(rid)
-    current_ids = {r["id"] for r in risks}
+    current_ids = {r.id for r in risks}
     resolved, unverified, not_in_scope = [], [], []
     for rid in sorted(set(previous_by_id) - current_ids):
         brief = previous_by_id[rid]
-        hosts_before = compared(brief["affected_hosts"])
+        hosts_before = compared(brief.affected_hosts)
         if hosts_before is not None and not hosts_before:
             not_in_scope.append(brief)  # this run did not look at those hosts
         elif hosts_before and hosts_before - audited:
@@ -282,28 +286,28 @@ def build_trends(
         elif _rule_of(rid) in fleet_rules:
             fleet_not_compared.append(rid)
         else:
-            resolved.append({**brief, "status": RESOLVED})
+            resolved.append(brief)
     # Counters and drivers are only compared where both audits saw the host: an unreachable
     # host has no counters, and "none before" would read as growth.
     both = sorted(h for h in audited if before[h].status not in NOT_COLLECTED)
-    return {
-        "previous_run_id": previous.run_id,
-        "previous_generated_at": previous.generated_at,
-        "previous_scope": previous.scope.to_dict() if previous.scope else None,
-        "compared_hosts": len(shared),
-        "new": new,
-        "resolved": resolved,
-        "unverified": unverified,
-        "persisting": persisting,
-        "risks_on_new_hosts": on_new_hosts,
-        "risks_not_in_scope": not_in_scope,
-        "fleet_not_compared": fleet_not_compared,
-        "hosts_added": sorted(set(now) - set(before)),
-        "hosts_removed": sorted(set(before) - set(now)),
-        "driver_changes": _driver_changes(both, before, now),
-        "growth": [g for host in both for g in _growth(host, before[host], now[host])],
-        "notes": list(previous.notes),
-    }
+    return Trends(
+        previous_run_id=previous.run_id,
+        previous_generated_at=previous.generated_at,
+        previous_scope=previous.scope,
+        compared_hosts=len(shared),
+        new=tuple(new),
+        resolved=tuple(resolved),
+        unverified=tuple(unverified),
+        persisting=tuple(persisting),
+        risks_on_new_hosts=tuple(on_new_hosts),
+        risks_not_in_scope=tuple(not_in_scope),
+        fleet_not_compared=tuple(fleet_not_compared),
+        hosts_added=tuple(sorted(set(now) - set(before))),
+        hosts_removed=tuple(sorted(set(before) - set(now))),
+        driver_changes=tuple(_driver_changes(both, before, now)),
+        growth=tuple(g for host in both for g in _growth(host, before[host], now[host])),
+        notes=previous.notes,
+    )
 
 
 def _rule_of(risk_id: str) -> str:
@@ -332,13 +336,13 @@ def _driver(snap: HostSnapshot) -> str | None:
 
 def _driver_changes(
     hosts: Sequence[str], before: Mapping[str, HostSnapshot], now: Mapping[str, HostSnapshot]
-) -> list[dict[str, Any]]:
+) -> list[DriverChange]:
     changes = []
     for host in hosts:
         old, new = _driver(before[host]), _driver(now[host])
         # An unknown version (driver not answering) is GA101's news, not a change of driver.
         if old and new and old != new:
-            changes.append({"host": host, "from": old, "to": new})
+            changes.append(DriverChange(host, old, new))
     return changes
 
 
@@ -364,7 +368,7 @@ def _xid_counts(snap: HostSnapshot) -> Counter[str]:
     return counts
 
 
-def _growth(host: str, before: HostSnapshot, now: HostSnapshot) -> list[dict[str, Any]]:
+def _growth(host: str, before: HostSnapshot, now: HostSnapshot) -> list[CounterGrowth]:
     old_gpus = {g.pci_bus_id: g for g in before.gpus if g.pci_bus_id}
     new_gpus = {g.pci_bus_id: g for g in now.gpus if g.pci_bus_id}
     rows = []
@@ -381,14 +385,5 @@ def _growth(host: str, before: HostSnapshot, now: HostSnapshot) -> list[dict[str
         if old is None or new is None or new <= old:
             continue
         gpu = new_gpus.get(bus) or old_gpus.get(bus)
-        growth.append(
-            {
-                "host": host,
-                "gpu": gpu.index if gpu else None,
-                "pci_bus_id": bus,
-                "metric": metric,
-                "before": old,
-                "after": new,
-            }
-        )
-    return sorted(growth, key=lambda g: (g["pci_bus_id"], _METRIC_ORDER[g["metric"]]))
+        growth.append(CounterGrowth(host, gpu.index if gpu else None, bus, metric, old, new))
+    return sorted(growth, key=lambda g: (g.pci_bus_id, _METRIC_ORDER[g.metric]))

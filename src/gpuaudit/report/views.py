@@ -353,5 +353,7 @@ def host_view(
         "severity_counts": counts,
         "checklists": list(checklists),
         "parse_errors": [list(item) for item in sorted(snapshot.parse_errors.items())],
+        # [source, GPU or None, message, text as printed]: what the parsers could not place.
+        "parse_warnings": [[w.source, w.gpu, w.message, w.text] for w in snapshot.parse_warnings],
         "failed_sections": failed_sections,
     }

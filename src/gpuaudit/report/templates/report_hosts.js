@@ -224,6 +224,17 @@ function renderHostBody(host, data, riskOf) {
     });
     add(body, problems);
   }
+  if (host.parse_warnings.length) {
+    var unplaced = add(el("details", "collection"),
+      el("summary", null, "Output not understood (" + host.parse_warnings.length + ")"));
+    var items = unplaced.appendChild(el("ul"));
+    host.parse_warnings.forEach(function (w) {
+      add(items, add(el("li"), el("code", null, w[0]),
+        (w[1] === null ? "" : " GPU " + w[1]) + ": " + w[2],
+        w[3] ? el("pre", null, w[3]) : null));
+    });
+    add(body, unplaced);
+  }
   return body;
 }
 
