@@ -376,3 +376,39 @@ def test_unreachable_and_failed_snapshots() -> None:
     failed = failed_snapshot("gpu-z8", "garbled output", collected_at="2024-11-15T12:00:00Z")
     assert failed.status is HostStatus.COLLECTION_FAILED
     assert failed.collected_at == "2024-11-15T12:00:00Z"
+
+
+@pytest.mark.parametrize(
+    ("section", "tools", "capture", "vendor"),
+    [
+        (
+            "nvidia_smi_xml",
+            NVIDIA_TOOLS,
+            "iluvatar-ixsmi-16x-bi-v150-driver4.3.0.txt",
+            "Iluvatar",
+        ),
+        ("rocm_smi", AMD_TOOLS, "hygon-rocm-smi-json-dcu-dtk24.04.3.json", "Hygon"),
+        ("rocm_smi", AMD_TOOLS, "hygon-rocm-smi-8x-dcu-300w.txt", "Hygon"),
+    ],
+)
+def test_another_vendors_tool_in_place_of_nvidia_smi_or_rocm_smi_lists_no_gpus(
+    section: str, tools: str, capture: str, vendor: str
+) -> None:
+    # A real look-alike's output where nvidia-smi's XML or rocm-smi's output belongs (the tool
+    # installed under that name): its devices are neither NVIDIA's nor AMD's.
+    sections = base_sections(tools)
+    sections.update(
+        nvidia_smi_xml=missing("nvidia-smi"),
+        nvidia_topo=missing("nvidia-smi"),
+        lspci=ok(""),
+    )
+    sections[section] = ok(fixture(f"lookalike/{capture}"))
+    snap = build_snapshot("accel-01", Bundle(sections=sections, complete=True))
+    assert snap.gpus == ()
+    assert not any(g.vendor in ("nvidia", "amd") for g in snap.gpus)
+    said = snap.parse_errors[f"{section}_lookalike"]
+    assert vendor in said and "not audited" in said
+    assert section not in snap.parse_errors  # not an unreadable output: another vendor's
+    assert snap.status is HostStatus.NO_GPU_TOOLING
+    assert snap.status_detail.startswith("the GPU tools are another vendor's:")
+    assert vendor in snap.status_detail

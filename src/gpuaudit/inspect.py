@@ -3,7 +3,12 @@
 A capture pasted into a ticket or saved by hand rarely says which command produced it. Each
 file is recognised by the marks its format always prints (the ``NVSMI LOG`` banner, a
 ``--query-gpu`` header, the ``GPU instances:`` title, ...), then handed to the parser for that
-kind; the result is the parser's own data as JSON. Files are read as bytes and decoded as UTF-8
+kind; the result is the parser's own data as JSON. Another vendor's tool that imitates
+nvidia-smi or rocm-smi (Iluvatar ``ixsmi``, Hygon ``hy-smi``, MetaX ``mx-smi``, ...) is told
+apart first and reported as its own vendor's (kind ``lookalike:<vendor>-<tool>``,
+:mod:`gpuaudit.parsers.lookalike`), never as NVIDIA's or AMD's. A file of no kind gpuaudit
+reads is refused with what it looks like (binary data, JSON or XML of another schema, a table
+of an unknown tool). Files are read as bytes and decoded as UTF-8
 with replacement, since host output is not always valid UTF-8, and every failure becomes an
 ``error`` entry rather than an exception. At most :data:`~gpuaudit.parsers.limits.INPUT_BYTES`
 of a file are read (``/dev/zero`` and a runaway log included): the entry of a longer file says
@@ -26,10 +31,14 @@ from gpuaudit.parsers.bundle import parse_bundle_text
 from gpuaudit.parsers.errors import ParseError
 from gpuaudit.parsers.kernel_log import parse_kernel_log
 from gpuaudit.parsers.limits import INPUT_BYTES, read_start
+from gpuaudit.parsers.lookalike import SPECS as LOOKALIKE_SPECS
+from gpuaudit.parsers.lookalike import identify
 from gpuaudit.parsers.mig import (
     parse_mig_created,
+    parse_mig_failures,
     parse_mig_instances,
     parse_mig_list_devices,
+    parse_mig_placements,
     parse_mig_profiles,
 )
 from gpuaudit.parsers.nvidia_table import parse_nvidia_smi_table
@@ -41,7 +50,11 @@ from gpuaudit.parsers.query_csv import (
     parse_query_help,
     parse_retired_pages_csv,
 )
-from gpuaudit.parsers.rocm_smi import parse_rocm_smi_concise, parse_rocm_smi_json
+from gpuaudit.parsers.rocm_smi import (
+    parse_rocm_smi_concise,
+    parse_rocm_smi_json,
+    parse_rocm_smi_showallinfo,
+)
 from gpuaudit.parsers.topo import parse_p2p_matrix, parse_topo_matrix
 
 UNKNOWN = "unknown"
@@ -49,7 +62,8 @@ UNKNOWN = "unknown"
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]")
 _BUNDLE = re.compile(r"^@@gpuaudit-collector \d+ \S+@@\s*$", re.MULTILINE)
 _HELP = re.compile(r'^List of valid properties to query for the switch "--query-', re.MULTILINE)
-_TABLE = re.compile(r"NVIDIA-SMI\s+\S+\s+Driver Version:")
+# "KMD Version:" in place of "Driver Version:" from driver 610 on.
+_TABLE = re.compile(r"NVIDIA-SMI\s+\S+\s+(?:Driver|KMD) Version:")
 _Q_BANNER = re.compile(r"^=+\s*NVSMI LOG\s*=+\s*$", re.MULTILINE)
 _Q_BLOCK = re.compile(
     r"^\s*(?:Product Name|ECC Errors|Retired Pages|Remapped Rows|FB Memory Usage)\s*(?::|$)",
@@ -60,7 +74,18 @@ _LIST_GPU = re.compile(r"^GPU \d+: [^\n]*\(UUID: ", re.MULTILINE)
 _NVLINK = re.compile(r"^\s*Link \d+:|NVML: Unable to retrieve NVLink", re.MULTILINE)
 _CSV_FIELD = re.compile(r"^[a-z][A-Za-z0-9_.]*(?:\s*\[[^\]]*\])?$")
 _CSV_KNOWN = frozenset({"name", "gpu_name", "uuid", "gpu_uuid", "pci.bus_id", "gpu_bus_id"})
-_TOPO_HEADER = re.compile(r"^\s*GPU0(?:\s|$)")
+# A header whose names run together (GPU0GPU1…, GPU0mlx5_0…) is a topology header too.
+_TOPO_HEADER = re.compile(r"^\s*GPU0(?:\s|$|GPU1|NIC0|mlx)")
+_ROCM_GPU_LINE = re.compile(r"^GPU\[\d+\]\s*:", re.MULTILINE)
+_NO_HANDLE = re.compile(
+    r"(?:\s*Unable to (?:determine|detect) the device handle[^\n]*(?:\n|$))+", re.IGNORECASE
+)
+_MIG_FAILURE = re.compile(
+    r"^(?:Unable to (?:create|destroy|enable|disable) "
+    r"|Failed to (?:create|destroy) (?:GPU|compute) instances:)",
+    re.MULTILINE | re.IGNORECASE,
+)
+_MIG_PLACEMENTS = re.compile(r"^GPU\s+\d+\s+Profile ID\s+\d+\s+Placements?\s*:", re.MULTILINE)
 _KERNEL = re.compile(r"NVRM: |\bX[iI][dD] \(|\bSXid \(|fallen off the bus")
 # Plain substrings one of which every _KERNEL match holds: a fast test first, since that
 # regex crawls through tens of MiB of text that is no log.
@@ -81,6 +106,13 @@ def _bundle_snapshot(text: str) -> dict[str, Any]:
     # The raw sections are the file itself; the parse is what is worth showing.
     snapshot.pop("sections", None)
     return {"complete": bundle.complete, "problems": list(bundle.problems), "snapshot": snapshot}
+
+
+def _lookalike(text: str) -> dict[str, Any]:
+    found = identify(_ANSI.sub("", text))
+    if found is None:
+        raise ParseError("look-alike tool output", "no mark of a known tool", text)
+    return found.to_dict()
 
 
 def _snapshot(text: str) -> dict[str, Any]:
@@ -108,12 +140,17 @@ PARSERS: dict[str, Callable[[str], Any]] = {
     "mig-lgip": parse_mig_profiles,
     "mig-lcip": parse_mig_profiles,
     "mig-cgi": parse_mig_created,
+    "mig-lgipp": parse_mig_placements,
+    "mig-failure": parse_mig_failures,
     "mig-list": parse_mig_list_devices,
     "kernel-log": parse_kernel_log,
     "rocm-smi-json": parse_rocm_smi_json,
     "rocm-smi-concise": parse_rocm_smi_concise,
+    "rocm-smi-showallinfo": parse_rocm_smi_showallinfo,
     "amd-smi-json": parse_amd_smi_json,
 }
+# Other vendors' tools, read as their own: never as one of the NVIDIA or AMD kinds above.
+PARSERS.update({f"lookalike:{spec.vendor}-{spec.tool}": _lookalike for spec in LOOKALIKE_SPECS})
 
 
 def detect_kind(text: str) -> str:
@@ -124,25 +161,44 @@ def detect_kind(text: str) -> str:
         return UNKNOWN
     if _BUNDLE.search(text):
         return "gpuaudit-bundle"
+    json_kind = _json_kind(stripped) if stripped.startswith(("{", "[")) else UNKNOWN
+    if json_kind == "gpuaudit-snapshot":
+        return json_kind
+    # Before any NVIDIA or AMD kind: an ixsmi table or a Hygon rocm-smi JSON would pass for one.
+    lookalike = identify(stripped)
+    if lookalike is not None:
+        return lookalike.kind
     if stripped.startswith("{"):
-        return _json_kind(stripped)
+        return json_kind
     # amd-smi prints a list; a kernel log line also opens with "[" and goes on below.
-    if stripped.startswith("[") and _json_kind(stripped) != UNKNOWN:
+    if stripped.startswith("[") and json_kind != UNKNOWN:
         return "amd-smi-json"
     if stripped.startswith("<") and "<nvidia_smi_log" in stripped[:4096]:
         return "nvidia-smi-xml"
     if _HELP.search(text):
         return "query-gpu-help"
     if "ROCm System Management Interface" in text:
-        return "rocm-smi-concise"
+        if "Concise Info" in text or not _ROCM_GPU_LINE.search(text):
+            return "rocm-smi-concise"
+        return "rocm-smi-showallinfo"
     if _TABLE.search(text):
         return "nvidia-smi-table"
     if _Q_BANNER.search(text) or (_Q_BLOCK.search(text) and _Q_VALUE.search(text)):
         return "nvidia-smi-q"
+    if _NO_HANDLE.fullmatch(stripped):
+        return "nvidia-smi-q"  # every GPU nvidia-smi could not reach: GPUs in error
+    # Before the listings' titles: "Failed to create GPU instances: ..." holds one of them.
+    if _MIG_FAILURE.search(text):
+        return "mig-failure"
+    if _MIG_PLACEMENTS.search(text):
+        return "mig-lgipp"
     for title, kind in _MIG_TITLES:
         if title in text:
             return kind
-    if "Successfully created GPU instance" in text:
+    if (
+        "Successfully created GPU instance" in text
+        or "Successfully created compute instance" in text
+    ):
         return "mig-cgi"
     if _LIST_GPU.search(text):
         return "nvlink-status" if _NVLINK.search(text) else "mig-list"
@@ -199,8 +255,58 @@ def inspect_text(text: str) -> tuple[str, Any]:
     """``(kind, JSON-able parse)``; raises :class:`ParseError` when ``text`` cannot be read."""
     kind = detect_kind(text)
     if kind == UNKNOWN:
-        raise ParseError("captured output", "not a format gpuaudit reads", text)
+        reason = f"not a format gpuaudit reads: {looks_like(text)}"
+        raise ParseError("captured output", reason, text)
     return kind, to_jsonable(PARSERS[kind](text))
+
+
+# What the refusal of an unknown file says it looks like.
+_HEAD = 64 * 1024
+_XML_ROOT = re.compile(r"<(?![?!])([A-Za-z_][\w.:-]*)")
+_BOX_TOP = re.compile(r"^\+[-=+]{20,}\+?\s*$", re.MULTILINE)
+_BOX_ROW = re.compile(r"^\|.*\|\s*$", re.MULTILINE)
+_SMI_TITLE = re.compile(r"System Management Interface|\b[A-Z]+-SMI\b")
+
+
+def looks_like(text: str) -> str:
+    """What a file of no known kind looks like, in words, for the message that refuses it."""
+    head = (text or "")[:_HEAD]
+    if not head.strip():
+        return "the file is empty"
+    odd = sum(1 for ch in head if (ch < " " and ch not in "\t\n\r") or ch == "\ufffd")
+    if "\x00" in head or odd * 20 > len(head):
+        return "binary data, not a tool's text output"
+    stripped = _ANSI.sub("", head.lstrip("\ufeff")).strip()
+    if stripped.startswith(("{", "[")):
+        return _json_looks_like((text or "").lstrip("\ufeff").strip())
+    if stripped.startswith("<"):
+        root = _XML_ROOT.search(stripped)
+        name = f"<{root.group(1)}>" if root else "no element"
+        return f"looks like XML of another schema (root {name}), not nvidia-smi -q -x"
+    title = _SMI_TITLE.search(stripped)
+    if title:
+        start = stripped.rfind("\n", 0, title.start()) + 1
+        end = stripped.find("\n", title.start())
+        line = stripped[start : end if end >= 0 else None].strip()[:100]
+        if "NVIDIA-SMI" in line or "ROCm System Management Interface" in line:
+            return f"has the banner of nvidia-smi or rocm-smi, but in a layout not read: {line!r}"
+        return f"looks like the output of a management tool gpuaudit does not know: {line!r}"
+    if _BOX_TOP.search(stripped) and _BOX_ROW.search(stripped):
+        return "looks like a boxed table like nvidia-smi's, but without its banner or a GPU row"
+    return "plain text that matches none of the formats gpuaudit reads"
+
+
+def _json_looks_like(text: str) -> str:
+    try:
+        data, _ = json.JSONDecoder().raw_decode(text)
+    except (ValueError, RecursionError) as exc:
+        return f"looks like JSON but does not parse (cut short?): {exc}"
+    if isinstance(data, dict):
+        keys = ", ".join(repr(str(key)) for key in list(data)[:5]) or "none"
+        shape = f"an object with keys {keys}"
+    else:
+        shape = f"a {type(data).__name__}"
+    return f"looks like JSON but not rocm-smi, amd-smi or a gpuaudit snapshot ({shape})"
 
 
 def inspect_file(path: str | Path, max_bytes: int = INPUT_BYTES) -> dict[str, Any]:

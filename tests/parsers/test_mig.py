@@ -9,8 +9,10 @@ import pytest
 from gpuaudit.parsers.errors import ParseError
 from gpuaudit.parsers.mig import (
     parse_mig_created,
+    parse_mig_failures,
     parse_mig_instances,
     parse_mig_list_devices,
+    parse_mig_placements,
     parse_mig_profiles,
     parse_mig_table_devices,
 )
@@ -29,6 +31,15 @@ PARSER_FOR: dict[str, Callable[[str], Any]] = {
     "utk-8x-h100-80gb-hbm3-all-7x-1g.10gb-nvidia-smi-L.txt": parse_mig_list_devices,
     "utk-h100-80gb-hbm3-mig-nvidia-smi-L-3g40-2g20-2x1g10-driver590.txt": parse_mig_list_devices,
     "utk-h100-mig-nvidia-smi-table-mig-devices-driver590.txt": parse_mig_table_devices,
+    "alizeechen-h100-nvl-94gb-mig-lgip-all-free.txt": parse_mig_profiles,
+    "alizeechen-h100-nvl-mig-lgipp.txt": parse_mig_placements,
+    "cuanschutz-gh200-96gb-mig-lgip-all-free.txt": parse_mig_profiles,
+    "cuanschutz-gh200-mig-cgi-C-3x-1g.24gb-gi-and-ci-created.txt": parse_mig_created,
+    "cuanschutz-gh200-mig-cgi-in-use-by-another-client.txt": parse_mig_failures,
+    "cuanschutz-gh200-mig-cgi-insufficient-resources.txt": parse_mig_failures,
+    "cuanschutz-gh200-mig-disable-in-use.txt": parse_mig_failures,
+    "issue-dcgm-95-h100-mig-dci-in-use-lowercase.txt": parse_mig_failures,
+    "jear-a100-pcie-40gb-mig-dci-gi7-in-use.txt": parse_mig_failures,
 }
 
 # `nvidia-smi mig -lci` layouts as printed in NVIDIA's MIG user guide (none in the capture set):

@@ -49,7 +49,14 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 from gpuaudit.assemble.status import judge_status
-from gpuaudit.model.snapshot import Gpu, GpuNvLink, HostSnapshot, MigInstance, Section
+from gpuaudit.model.snapshot import (
+    Gpu,
+    GpuNvLink,
+    HostSnapshot,
+    HostStatus,
+    MigInstance,
+    Section,
+)
 
 # The snapshots of hosts that gave no bundle are made in status.py; callers import them here.
 from gpuaudit.model.status import failed_snapshot as failed_snapshot
@@ -59,6 +66,7 @@ from gpuaudit.parsers.amd_smi import parse_amd_smi_json
 from gpuaudit.parsers.bundle import Bundle
 from gpuaudit.parsers.errors import ParseError
 from gpuaudit.parsers.kernel_log import parse_kernel_log, resolve_gpus
+from gpuaudit.parsers.lookalike import LookAlike, identify, identify_name
 from gpuaudit.parsers.mig import parse_mig_instances
 from gpuaudit.parsers.nvidia_xml import NvidiaSmiLog, parse_nvidia_smi_xml
 from gpuaudit.parsers.nvlink import merge_nvlink, parse_nvlink
@@ -134,9 +142,17 @@ def _build(
     packages = run("packages", lambda text: parse_packages(text, holds)) or ()
     pci_devices = run("lspci", parse_lspci) or ()
 
-    has_nvidia = tools.get("nvidia-smi", _present(sections.get("nvidia_smi_xml")))
-    has_amd = tools.get("rocm-smi", _present(sections.get("rocm_smi")))
-    has_amd_smi = tools.get("amd-smi", _present(sections.get("amd_smi")))
+    # Another vendor's tool standing in for nvidia-smi or rocm-smi lists no NVIDIA or AMD GPU.
+    lookalikes = _lookalikes(sections, errors)
+    has_nvidia = "nvidia_smi_xml" not in lookalikes and tools.get(
+        "nvidia-smi", _present(sections.get("nvidia_smi_xml"))
+    )
+    has_amd = "rocm_smi" not in lookalikes and tools.get(
+        "rocm-smi", _present(sections.get("rocm_smi"))
+    )
+    has_amd_smi = "amd_smi" not in lookalikes and tools.get(
+        "amd-smi", _present(sections.get("amd_smi"))
+    )
     log = run("nvidia_smi_xml", parse_nvidia_smi_xml) if has_nvidia else None
     amd_gpus = _amd_cli_gpus(run, has_amd, has_amd_smi)
     has_amd = has_amd or has_amd_smi
@@ -164,6 +180,10 @@ def _build(
     status, detail = judge_status(
         bundle, sections, errors, gpus, log, expect_nvidia, has_amd, pci_devices
     )
+    if lookalikes and status is HostStatus.NO_GPU_TOOLING:
+        detail = "the GPU tools are another vendor's: " + "; ".join(
+            errors[f"{name}_lookalike"] for name in lookalikes
+        )
     _note_replaced_bytes(sections, errors)
     return HostSnapshot(
         host=host,
@@ -202,6 +222,32 @@ def _nvlink(sections: dict[str, Section], errors: dict[str, str]) -> tuple[GpuNv
     if status is None and counters is None:
         return None
     return merge_nvlink(status or (), counters or ())
+
+
+# The GPU-tool sections, the tool that prints each, and whose GPUs it lists.
+_GPU_TOOLS = (("nvidia_smi_xml", "nvidia-smi"), ("rocm_smi", "rocm-smi"), ("amd_smi", "amd-smi"))
+
+
+def _lookalikes(sections: dict[str, Section], errors: dict[str, str]) -> dict[str, LookAlike]:
+    """The GPU-tool sections another vendor's look-alike answered (parsers/lookalike.py), each
+    recorded in ``errors[<section>_lookalike]``: its devices are not NVIDIA or AMD GPUs and
+    are not audited. Kept apart from ``errors[<section>]``, which says the output was
+    unreadable."""
+    found: dict[str, LookAlike] = {}
+    for name, tool in _GPU_TOOLS:
+        section = sections.get(name)
+        if section is None or section.rc == _MISSING:
+            continue
+        hit = identify(section.stdout) or identify(section.stderr)
+        if hit is None:
+            continue
+        found[name] = hit
+        devices = f"{hit.device_count} device(s)" if hit.device_count else "its devices"
+        errors[f"{name}_lookalike"] = (
+            f"{tool} is {hit.vendor_name} {hit.tool}: {devices} not audited "
+            f"({first_line(hit.evidence)})"
+        )
+    return found
 
 
 def _run(
@@ -256,7 +302,9 @@ def _with_device_probe(
     """
     if probe is None:
         return log, amd_gpus
-    nvidia, amd = probe.gpus_of("nvidia"), probe.gpus_of("amd")
+    # An NVML-compatible library of another vendor reports its devices as NVIDIA's.
+    nvidia = tuple(g for g in probe.gpus_of("nvidia") if identify_name(g.name or "") is None)
+    amd = tuple(g for g in probe.gpus_of("amd") if identify_name(g.name or "") is None)
     if nvidia and log is not None and log.gpus:
         log = dataclasses.replace(
             log,

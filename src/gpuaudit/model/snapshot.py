@@ -161,7 +161,9 @@ class Gpu:
 class XidEvent:
     """One GPU error event read from the kernel log."""
 
-    kind: str  # "xid" | "sxid" (NVSwitch) | "fallen_off_bus" (legacy line without an XID)
+    # "xid" | "sxid" (NVSwitch) | "fallen_off_bus" (legacy line without an XID) |
+    # "init_failed" (RmInitAdapter / rm_init_adapter failed: the GPU did not come up)
+    kind: str
     code: int | None
     pci_bus_id: str | None  # normalised
     message: str

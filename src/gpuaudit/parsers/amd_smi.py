@@ -21,6 +21,7 @@ from gpuaudit.model.snapshot import EccCounts, Gpu, bus_key
 from gpuaudit.parsers.errors import ParseError
 from gpuaudit.parsers.rocm_smi import _GEN_BY_RATE as GEN_BY_RATE
 from gpuaudit.parsers.values import UNREADABLE, FieldReader, clean, load_host_json
+from gpuaudit.parsers.warnings import warn
 
 WHAT = "amd-smi --json"
 # (printed text, unit) of one value; (None, None) where the key is absent.
@@ -111,6 +112,7 @@ def _scaled(reader: FieldReader, field: str, raw: Raw, per_unit: dict[str, float
         return None
     scale = per_unit.get((raw[1] or "").upper()) if raw[1] else 1
     if scale is None:  # a unit this parser does not know: the number alone would mislead
+        warn(WHAT, f"unit {raw[1]!r} of {field} is not one this parser knows", text=raw[0] or "")
         reader.unavailable.setdefault(field, UNREADABLE)
         return None
     return amount * scale
@@ -127,6 +129,7 @@ def _gen(reader: FieldReader, field: str, raw: Raw) -> int | None:
         return None
     gen = GEN_BY_RATE.get(rate)
     if gen is None:
+        warn(WHAT, f"{field}: {rate:g} GT/s is no PCIe generation's rate", text=raw[0] or "")
         reader.unavailable.setdefault(field, UNREADABLE)
     return gen
 

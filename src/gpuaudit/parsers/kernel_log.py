@@ -1,4 +1,4 @@
-"""GPU error events (XID, SXid, "fallen off the bus") from kernel log lines.
+"""GPU error events (XID, SXid, fallen off the bus, failed adapter start) from kernel log lines.
 
 The collector hands over lines from ``dmesg`` or ``journalctl -k`` already filtered, but the line
 prefix depends on the tool and its options: ``[ 49.261458]`` (dmesg), ``[Sun Feb 23 16:24:18
@@ -8,9 +8,31 @@ or nothing at all. The event itself is recognised wherever it sits in the line, 
 only supplies the timestamp, kept as printed (host clocks and formats vary too much to convert
 here without guessing a year or a boot time).
 
-XID line (NVIDIA driver): ``NVRM: Xid (PCI:0000:3b:00): 79, pid=..., GPU has fallen off the bus.``
-SXid line (NVSwitch driver): ``nvidia-nvswitch0: SXid (PCI:0000:05:00.0): 12028, Non-fatal, ...``
-Legacy (no XID): ``NVRM: GPU at 0000:01:00.0 has fallen off the bus.``
+Events (``XidEvent.kind``):
+
+- ``xid``: ``NVRM: Xid (PCI:0000:3b:00): 79, pid=..., GPU has fallen off the bus.``
+- ``sxid`` (NVSwitch): ``nvidia-nvswitch0: SXid (PCI:0000:05:00.0): 12028, Non-fatal, ...``
+- ``fallen_off_bus`` (no XID): ``NVRM: GPU at 0000:01:00.0 has fallen off the bus.`` or the
+  probe-time ``NVRM: The NVIDIA GPU 0000:b3:00.0`` / ``(PCI ID: …) installed in this system has``
+  / ``fallen off the bus and is not responding to commands.`` printed over three lines.
+- ``init_failed``: the driver could not start the GPU (``NVRM: GPU 0000:0a:00.0: RmInitAdapter
+  failed! (0x24:0x72:1568)`` and its ``rm_init_adapter failed, device minor number 5``; older
+  drivers print neither the bus id nor the same words), so it does not come up.
+
+One message can span several lines: dmesg and journalctl indent the continuation lines of a
+multi-line record and print no timestamp on them; the driver indents the detail lines of a dump
+(``NVRM:     Reported by libos …``); the NVSwitch driver repeats the SXid prefix on a header
+line's ``Severity … Engine instance …`` and ``Data {…}`` lines. These join the event they belong
+to (its ``raw`` keeps every line, newline-joined) and are never counted as events of their own.
+The driver also prints a follow-up ``NVRM: GPU 0000:3b:00.0: GPU has fallen off the bus.`` after
+an XID 79 on the same GPU, and a ``rm_init_adapter`` line after ``RmInitAdapter failed!``: each
+pair is one event. The diagnostic lines the driver logs just before ``RmInitAdapter failed!``
+(``RmInitAdapter: Cannot initialize GSP firmware RM``, ``osInitNvMapping: *** Cannot attach
+gpu``) are its cause and join that event, lending it a bus id where its own line has none.
+
+Every other NVIDIA line (``NVRM``, ``nvidia-nvswitch``, ``Xid``) is either one this parser knows
+to carry no event (module loaded, the GPU's UUID or serial number, a crash dump notice, an RPC
+history) or becomes a parse warning: nothing NVIDIA printed vanishes silently.
 """
 
 from __future__ import annotations
@@ -18,64 +40,310 @@ from __future__ import annotations
 import dataclasses
 import re
 from collections.abc import Iterable
+from dataclasses import dataclass, field
 
 from gpuaudit.model.snapshot import Gpu, XidEvent, bus_key
+from gpuaudit.parsers.warnings import warn
 
+SOURCE = "kernel log"
+
+_BUS = r"(?:PCI:)?([0-9A-Fa-f]{1,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}(?:\.[0-7])?)"
 # "Xid" must not be preceded by "S" (SXid) nor be the "caused by previous Xid 149" tail.
 _XID = re.compile(r"(?<![A-Za-z])Xid \((?:PCI:)?([0-9A-Fa-f:.]+)\):\s*(\d+)\s*,?\s*(.*)$")
 _SXID = re.compile(r"\bSXid \((?:PCI:)?([0-9A-Fa-f:.]+)\):\s*(\d+)\s*,?\s*(.*)$")
-_FALLEN = re.compile(
-    r"NVRM: GPU (?:at )?(?:PCI:)?([0-9A-Fa-f]{1,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}(?:\.\d)?):?\s+"
-    r"(?:GPU )?has fallen off the bus"
+_SXID_DETAIL = re.compile(r"^(?:Severity \d+ Engine instance|Data \{)")
+_FALLEN = re.compile(rf"NVRM: GPU (?:at )?{_BUS}:?\s+(?:GPU )?has fallen off the bus")
+_FALLEN_PROBE = re.compile(rf"NVRM: The NVIDIA GPU {_BUS}\b.*\bfallen off the bus")
+_RM_INIT = re.compile(rf"NVRM: (?:GPU {_BUS}: )?(RmInitAdapter failed!.*)$")
+_RM_INIT_ADAPTER = re.compile(
+    rf"NVRM: (?:GPU {_BUS}: )?(rm_init_adapter(?:\((\d+)\))? failed"
+    r"(?:, device minor number (\d+)| for device bearing minor number (\d+))?.*)$"
 )
+_FRONTEND_OPEN = re.compile(r"NVRM: nvidia_frontend_open: minor (\d+), module->open\(\) failed")
+_GPU_BUS = re.compile(rf"NVRM: GPU {_BUS}:")
+# Where the NVIDIA part of a line starts; the text before it is the tool's prefix.
+_MARKER = re.compile(r"NVRM\b|nvidia-nvswitch\d*:|(?<![A-Za-z])S?Xid\b")
+_DETAIL = re.compile(r"^NVRM:\s{2,}\S")  # the driver's indented detail lines of one message
+_MULTILINE = re.compile(r"^NVRM: (?:The NVIDIA GPU\b|A GPU crash dump has been created)")
+_MULTILINE_LINES = 4  # the longest of those notices
+# Lines the driver prints that carry no event of their own.
+_CONTEXT = re.compile(
+    r"NVRM: (?:loading NVIDIA|GPU at (?:PCI:)?[0-9A-Fa-f:.]+: GPU-|GPU Board Serial Number"
+    r"|GPU [0-9A-Fa-f:.]+: GPU serial number is|A GPU crash dump has been created"
+    r"|GPU\d* RPC (?:event )?history|GPU\d* GSP RPC buffer contains|Rate limiting GSP RPC"
+    r"|The NVIDIA probe routine failed for|None of the NVIDIA devices were initialized)"
+)
+_EVENTISH = re.compile(r"Xid|fallen off the bus|RmInitAdapter failed|rm_init_adapter")
 _BRACKET = re.compile(r"^\s*(\[[^\]]+\])")
 _ISO = re.compile(r"\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d(?:[.,]\d+)?(?:Z|[+-]\d\d:?\d\d)?")
 _SYSLOG = re.compile(r"^\s*([A-Z][a-z]{2} [ \d]\d \d\d:\d\d:\d\d)")
+_UPTIME = re.compile(r"^\[\s*(\d+(?:\.\d+)?)\]$")
+
+# How many NVIDIA messages back a follow-up line may look for the event it belongs to.
+_FOLLOW_UP_WINDOW = 8
+_SXID_WINDOW = 16
+# Diagnostic lines kept waiting for an "RmInitAdapter failed!" that may follow them.
+_MAX_PENDING = 8
+# Lines one message keeps; a longer dump is cut and says so in a warning.
+_MAX_LINES = 64
+# An XID 79 and a fallen-off-the-bus line further apart than this are two incidents.
+_SAME_INCIDENT_S = 60.0
+
+
+@dataclass
+class _Message:
+    """One logical NVIDIA message: its physical lines and their text joined."""
+
+    index: int  # position among the NVIDIA messages of the log
+    lines: list[str]
+    text: str  # the NVIDIA part of the first line, continuation text appended
+    timestamp: str | None
+    cut: int = 0  # continuation lines left out beyond _MAX_LINES
+
+
+@dataclass
+class _Event:
+    kind: str
+    code: int | None
+    bus: str | None
+    message: str
+    index: int
+    timestamp: str | None
+    lines: list[str] = field(default_factory=list)
+    follow_up: bool = False  # the fallen-off / rm_init_adapter partner line joined already
+    minor: int | None = None
+
+    def build(self) -> XidEvent:
+        return XidEvent(
+            kind=self.kind,
+            code=self.code,
+            pci_bus_id=bus_key(self.bus),
+            message=self.message,
+            raw="\n".join(self.lines),
+            timestamp=self.timestamp,
+        )
 
 
 def parse_kernel_log(text: str) -> tuple[XidEvent, ...]:
-    """Every XID, SXid and fallen-off-the-bus event in ``text``, in log order.
+    """Every XID, SXid, fallen-off-the-bus and failed GPU start in ``text``, in log order.
 
-    Lines that carry no such event are skipped: the kernel log is mostly other noise, so this
-    parser never raises.
+    Lines that carry no NVIDIA message are skipped: the kernel log is mostly other noise, so
+    this parser never raises. NVIDIA lines it cannot place become parse warnings.
     """
-    events: list[XidEvent] = []
-    for line in (text or "").splitlines():
-        event = _parse_line(line.rstrip("\r"))
-        if event is not None:
-            events.append(event)
-    return tuple(events)
+    reader = _Reader()
+    for message in _messages(text or ""):
+        reader.read(message)
+    return reader.finish()
 
 
-def _parse_line(line: str) -> XidEvent | None:
-    if "Xid" not in line and "fallen off the bus" not in line:
-        return None
-    for kind, pattern in (("sxid", _SXID), ("xid", _XID)):
-        match = pattern.search(line)
-        if match:
-            try:
-                code: int | None = int(match.group(2))
-            except ValueError:
-                code = None
-            return XidEvent(
-                kind=kind,
-                code=code,
-                pci_bus_id=bus_key(match.group(1)),
-                message=match.group(3).strip(),
-                raw=line,
-                timestamp=_timestamp(line[: match.start()]),
+def _messages(text: str) -> Iterable[_Message]:
+    """The NVIDIA messages of the log, continuation lines joined to the line they continue."""
+    current: _Message | None = None
+    count = 0
+    for line in text.splitlines():
+        line = line.rstrip("\r")
+        if not _nvidia(line):
+            if current is not None:
+                yield current
+                current = None
+            continue
+        marker = _MARKER.search(line)
+        # A line that only says "fallen off the bus" has no marker: all of it is the message.
+        start = marker.start() if marker else 0
+        prefix, body = line[:start], line[start:]
+        if current is not None and _continues(current, prefix, body):
+            if len(current.lines) < _MAX_LINES:
+                current.lines.append(line)
+                current.text += " " + body.removeprefix("NVRM:").strip()
+            else:
+                current.cut += 1
+            continue
+        if current is not None:
+            yield current
+        current = _Message(count, [line], body.strip(), _timestamp(prefix if marker else line))
+        count += 1
+    if current is not None:
+        yield current
+
+
+def _nvidia(line: str) -> bool:
+    return "NVRM" in line or "nvidia-nvswitch" in line or "Xid" in line or "off the bus" in line
+
+
+def _continues(current: _Message, prefix: str, body: str) -> bool:
+    if not body.startswith("NVRM:"):
+        return False
+    # dmesg / journalctl print a multi-line record's further lines indented, without a stamp.
+    if prefix and not prefix.strip():
+        return True
+    if _DETAIL.match(body):
+        return True
+    # Older kernels give each line of the driver's multi-line notices its own stamp.
+    return (
+        bool(_MULTILINE.match(current.text))
+        and not current.text.endswith(".")
+        and len(current.lines) < _MULTILINE_LINES
+    )
+
+
+class _Reader:
+    """Turns messages into events, joining each follow-up to the event it belongs to."""
+
+    def __init__(self) -> None:
+        self.events: list[_Event] = []
+        self.pending: list[_Message] = []
+
+    def read(self, message: _Message) -> None:
+        if message.cut:
+            warn(
+                SOURCE,
+                f"{message.cut} more continuation lines of one message not kept",
+                message.lines[0],
             )
-    fallen = _FALLEN.search(line)
-    if fallen:
-        return XidEvent(
-            kind="fallen_off_bus",
-            code=None,
-            pci_bus_id=bus_key(fallen.group(1)),
-            message="GPU has fallen off the bus",
-            raw=line,
-            timestamp=_timestamp(line[: fallen.start()]),
+        first = message.lines[0]
+        sxid = _SXID.search(first)
+        if sxid:
+            self._sxid(message, sxid)
+            return
+        xid = _XID.search(first)
+        if xid:
+            self._add(message, "xid", int(xid.group(2)), xid.group(1), xid.group(3).strip())
+            return
+        fallen = _FALLEN.search(first) or _FALLEN_PROBE.search(message.text)
+        if fallen:
+            text = message.text.removeprefix("NVRM:").strip()
+            detail = text if _FALLEN_PROBE.search(message.text) else "GPU has fallen off the bus"
+            self._add(message, "fallen_off_bus", None, fallen.group(1), detail)
+            return
+        if self._init(message):
+            return
+        if _CONTEXT.search(message.text):
+            return
+        if _EVENTISH.search(message.text):
+            warn(SOURCE, "NVIDIA error line of a form this parser does not read", message.text)
+            return
+        self.pending.append(message)
+        if len(self.pending) > _MAX_PENDING:
+            self._unread(self.pending.pop(0))
+
+    def finish(self) -> tuple[XidEvent, ...]:
+        for message in self.pending:
+            self._unread(message)
+        self.pending = []
+        return tuple(event.build() for event in self.events)
+
+    # --- the kinds of event ------------------------------------------------------------------
+
+    def _sxid(self, message: _Message, match: re.Match[str]) -> None:
+        code, rest = int(match.group(2)), match.group(3).strip()
+        if not _SXID_DETAIL.match(rest):
+            self._add(message, "sxid", code, match.group(1), rest)
+            return
+        bus = bus_key(match.group(1))
+        for event in self._recent(message, _SXID_WINDOW):
+            if event.kind == "sxid" and event.code == code and bus_key(event.bus) == bus:
+                event.lines += message.lines
+                return
+        warn(SOURCE, "SXid detail line without its SXid line (cut off before it?)", message.text)
+
+    def _init(self, message: _Message) -> bool:
+        text = message.text
+        if match := _RM_INIT.search(text):
+            self._add(message, "init_failed", None, match.group(1), match.group(2).strip())
+            return True
+        if match := _RM_INIT_ADAPTER.search(text):
+            bus, detail = match.group(1), match.group(2).strip()
+            key = bus_key(bus)
+            minor = next((int(g) for g in match.groups()[2:] if g is not None), None)
+            for event in self._recent(message, _FOLLOW_UP_WINDOW):
+                other_gpu = key is not None and event.bus is not None and bus_key(event.bus) != key
+                if event.kind != "init_failed" or other_gpu:
+                    continue  # another GPU's start may fail in between
+                if event.follow_up:
+                    break  # that failure has its line: this one's RmInitAdapter line is missing
+                event.lines += message.lines
+                event.follow_up, event.minor = True, minor
+                event.bus = event.bus or bus
+                if minor is not None:
+                    event.message += f", device minor number {minor}"
+                return True
+            event = self._add(message, "init_failed", None, bus, detail)
+            event.follow_up, event.minor = True, minor
+            return True
+        if match := _FRONTEND_OPEN.search(text):
+            minor = int(match.group(1))
+            for event in self._recent(message, _FOLLOW_UP_WINDOW):
+                if event.kind == "init_failed" and event.minor in (None, minor):
+                    event.lines += message.lines
+                    return True
+        return False
+
+    def _add(
+        self, message: _Message, kind: str, code: int | None, bus: str | None, detail: str
+    ) -> _Event:
+        if kind == "init_failed":
+            event = _Event(
+                kind, code, bus, f"GPU did not come up: {detail}", message.index, message.timestamp
+            )
+            # What the driver logged just before the failure is its cause.
+            for cause in self.pending:
+                event.lines += cause.lines
+                if event.bus is None and (on := _GPU_BUS.search(cause.text)):
+                    event.bus = on.group(1)
+            self.pending = []
+            event.lines += message.lines
+            self.events.append(event)
+            return event
+        if kind != "sxid":  # the GPU driver's diagnostics did not lead to an adapter failure
+            for cause in self.pending:
+                self._unread(cause)
+            self.pending = []
+        if (kind, code) in (("xid", 79), ("fallen_off_bus", None)):
+            partner = self._same_incident(message, kind, bus)
+            if partner is not None:
+                partner.lines += message.lines
+                partner.follow_up = True
+                if kind == "xid":  # the XID names the incident; the earlier line dates it
+                    partner.kind, partner.code, partner.message = kind, code, detail
+                return partner
+        event = _Event(
+            kind, code, bus, detail, message.index, message.timestamp, list(message.lines)
         )
-    return None
+        self.events.append(event)
+        return event
+
+    # --- looking back --------------------------------------------------------------------------
+
+    def _recent(self, message: _Message, window: int) -> Iterable[_Event]:
+        """The events of the last ``window`` messages, newest first."""
+        for event in reversed(self.events):
+            if message.index - event.index > window:
+                return
+            yield event
+
+    def _same_incident(self, message: _Message, kind: str, bus: str | None) -> _Event | None:
+        """The XID 79 a fallen-off-the-bus line follows up (or the reverse) on the same GPU."""
+        key = bus_key(bus)
+        for event in self._recent(message, _FOLLOW_UP_WINDOW):
+            if bus_key(event.bus) != key:
+                continue
+            wanted = ("fallen_off_bus", None) if kind == "xid" else ("xid", 79)
+            if (event.kind, event.code) == wanted and not event.follow_up:
+                return event if _close(event.timestamp, message.timestamp) else None
+            return None  # another event on this GPU came in between
+        return None
+
+    def _unread(self, message: _Message) -> None:
+        warn(SOURCE, "NVIDIA kernel message not read as a GPU event", message.text)
+
+
+def _close(first: str | None, second: str | None) -> bool:
+    """Whether two stamps are near enough for one incident; stamps not in seconds since boot
+    are not compared (the messages' closeness in the log decides)."""
+    a, b = _UPTIME.match((first or "").strip()), _UPTIME.match((second or "").strip())
+    if a and b:
+        return abs(float(b.group(1)) - float(a.group(1))) <= _SAME_INCIDENT_S
+    return True
 
 
 def _timestamp(prefix: str) -> str | None:

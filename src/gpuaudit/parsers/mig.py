@@ -7,6 +7,13 @@ configs and ``nvidia.com/mig-1g.10gb`` resources use.
 
 A GPU without MIG answers with a sentence instead of a table ("No MIG-enabled devices found.",
 "No GPU instances found: Not Found"); those mean "no instances", not a parse failure.
+
+Two more kinds: ``mig -lgipp`` lists where each GPU instance profile may be placed
+(:func:`parse_mig_placements`), and the transcripts of ``mig -cgi`` / ``-cci`` / ``-dgi`` /
+``-dci`` and ``-mig 0|1`` that failed ("Unable to destroy compute instance ... : In use by
+another client") are read into :class:`MigFailure` records (:func:`parse_mig_failures`), so a
+GPU held busy by another client can become a finding. Lines that neither reader can place are
+parse warnings.
 """
 
 from __future__ import annotations
@@ -18,6 +25,7 @@ from typing import Any
 from gpuaudit.model.snapshot import MigDevice, MigInstance
 from gpuaudit.parsers.errors import ParseError
 from gpuaudit.parsers.values import parse_float, split_gpu_header
+from gpuaudit.parsers.warnings import warn
 
 _GI_ROW = re.compile(
     r"^\|\s*(?P<gpu>\d+)\s+(?:MIG\s+)?(?P<name>\S+)\s+(?P<profile>\d+)\s+(?P<id>\d+)"
@@ -44,6 +52,41 @@ _CREATED = re.compile(
     r"Successfully created GPU instance ID\s+(\d+) on GPU\s+(\d+) "
     r"using profile MIG (\S+) \(ID\s+(\d+)\)"
 )
+_CREATED_CI = re.compile(
+    r"Successfully created compute instance ID\s+(\d+) on GPU\s+(\d+) GPU instance ID\s+(\d+) "
+    r"using profile MIG (\S+) \(ID\s+(\d+)\)"
+)
+# `mig -lgipp`: "GPU  0 Profile ID 19 Placements: {0,1,2,3,4,5,6}:1" ("Placement :" for one).
+_PLACEMENT = re.compile(
+    r"^GPU\s+(\d+)\s+Profile ID\s+(\d+)\s+Placements?\s*:\s*\{([\d,\s]*)\}:(\d+)\s*$"
+)
+# "Unable to create a GPU instance on GPU  0 using profile 20: In use by another client"
+# "Unable to destroy compute instance ID  0 from GPU  0 GPU instance ID  7: In use by ..."
+# (DCGM's issue tracker shows the same sentence lower-cased, hence IGNORECASE.)
+_UNABLE_INSTANCE = re.compile(
+    r"^Unable to (?P<verb>create|destroy) (?:a |an )?(?P<kind>GPU|compute) instance"
+    r"(?: ID\s+(?P<id>\d+))? (?:on|from) GPU\s+(?P<gpu>\d+)"
+    r"(?: GPU instance ID\s+(?P<gi>\d+))?(?: using profile (?P<profile>[^:]+?))?"
+    r"\s*:\s*(?P<reason>.*\S)",
+    re.IGNORECASE,
+)
+# "Unable to disable MIG Mode for GPU 00000009:01:00.0: In use by another client"
+_UNABLE_MODE = re.compile(
+    r"^Unable to (?P<verb>enable|disable) MIG Mode for GPU (?P<bus>[0-9A-Fa-f:.]+)"
+    r":\s*(?P<reason>.*\S)",
+    re.IGNORECASE,
+)
+# The summary nvidia-smi prints after the per-instance lines.
+_FAILED_SUMMARY = re.compile(
+    r"^Failed to (?P<verb>create|destroy) (?P<kind>GPU|compute) instances\s*:\s*(?P<reason>.*\S)",
+    re.IGNORECASE,
+)
+_KNOWN_TRAILER = re.compile(
+    r"^(?:Successfully (?:created|destroyed) .*|Terminating early due to previous errors\.?"
+    r"|All done\.?|Warning: .*)$",
+    re.IGNORECASE,
+)
+BUSY = "in use by another client"
 _DATA_LINE = re.compile(r"^\|\s*\d+\s")
 _NOTHING = re.compile(
     r"No (?:GPU|compute) instances? (?:were )?found|No MIG-(?:enabled|supported) devices found"
@@ -65,6 +108,41 @@ class MigProfile:
     memory_gib: float | None = None  # -lgip only
     gpu_instance_id: int | None = None  # -lcip only: the parent GPU instance
     default: bool = False  # -lcip marks the default compute profile with "*"
+
+
+@dataclass(frozen=True)
+class MigPlacement:
+    """One line of `mig -lgipp`: where instances of a GPU instance profile may start."""
+
+    gpu: int
+    profile_id: int
+    starts: tuple[int, ...]  # placement start indices on the memory-slice axis
+    size: int  # slices one instance of the profile takes
+
+
+@dataclass(frozen=True)
+class MigFailure:
+    """A MIG operation that nvidia-smi refused, as its transcript says.
+
+    ``operation`` is one of "create gpu instance", "create compute instance", "destroy gpu
+    instance", "destroy compute instance", "enable mig mode", "disable mig mode". ``reason``
+    is the driver's words ("In use by another client", "Insufficient Resources", "Not
+    Supported", "Invalid Argument"). ``gpu`` is None where the line names the GPU by PCI bus
+    (``pci_bus_id``) or not at all (a summary line alone).
+    """
+
+    operation: str
+    reason: str
+    gpu: int | None = None
+    gpu_instance_id: int | None = None
+    compute_instance_id: int | None = None
+    profile: str | None = None  # as given to -cgi / -cci: an id ("20") or a name
+    pci_bus_id: str | None = None
+
+    @property
+    def busy(self) -> bool:
+        """The GPU or instance is held by another client (a process, DCGM, a monitor)."""
+        return self.reason.strip().lower() == BUSY
 
 
 @dataclass(frozen=True)
@@ -194,20 +272,113 @@ def parse_mig_table_devices(text: str) -> dict[int, tuple[MigDevice, ...]]:
 
 
 def parse_mig_created(text: str) -> tuple[MigInstance, ...]:
-    """The confirmation lines of `nvidia-smi mig -cgi`: the GPU instances it made."""
-    created = tuple(
-        MigInstance(
-            gpu=int(m.group(2)),
-            profile_name=m.group(3),
-            profile_id=int(m.group(4)),
-            instance_id=int(m.group(1)),
-        )
-        for m in map(_CREATED.search, (text or "").splitlines())
-        if m
-    )
+    """The confirmation lines of `nvidia-smi mig -cgi` (and `-cgi ... -C` / `-cci`): the GPU
+    instances it made and, with a ``gpu_instance_id``, the compute instances."""
+    created: list[MigInstance] = []
+    for line in (text or "").splitlines():
+        gi = _CREATED.search(line)
+        ci = _CREATED_CI.search(line) if not gi else None
+        if gi:
+            created.append(
+                MigInstance(
+                    gpu=int(gi.group(2)),
+                    profile_name=gi.group(3),
+                    profile_id=int(gi.group(4)),
+                    instance_id=int(gi.group(1)),
+                )
+            )
+        elif ci:
+            created.append(
+                MigInstance(
+                    gpu=int(ci.group(2)),
+                    profile_name=ci.group(4),
+                    profile_id=int(ci.group(5)),
+                    instance_id=int(ci.group(1)),
+                    gpu_instance_id=int(ci.group(3)),
+                )
+            )
+        elif line.strip() and not _KNOWN_TRAILER.match(line.strip()):
+            warn("nvidia-smi mig -cgi", "line is not a creation confirmation", text=line.strip())
     if not created and (text or "").strip():
         raise ParseError("nvidia-smi mig -cgi", "no 'Successfully created' lines", text)
-    return created
+    return tuple(created)
+
+
+def parse_mig_placements(text: str) -> tuple[MigPlacement, ...]:
+    """`nvidia-smi mig -lgipp`: the possible placements of each GPU instance profile.
+
+    A GPU without MIG answers with a sentence ("No MIG-enabled devices found."): no
+    placements. Text with no placement line and no such sentence is a :class:`ParseError`.
+    """
+    what = "nvidia-smi mig -lgipp"
+    placements: list[MigPlacement] = []
+    for line in (text or "").splitlines():
+        match = _PLACEMENT.match(line.strip())
+        if match:
+            starts = tuple(int(n) for n in re.findall(r"\d+", match.group(3)))
+            placements.append(
+                MigPlacement(int(match.group(1)), int(match.group(2)), starts, int(match.group(4)))
+            )
+        elif line.strip() and placements:
+            warn(what, "line is not a placement", text=line.strip())
+    if not placements:
+        _nothing_or_raise(text, what)
+    return tuple(placements)
+
+
+def parse_mig_failures(text: str) -> tuple[MigFailure, ...]:
+    """The refusals in a `mig -cgi/-cci/-dgi/-dci` or `-mig 0|1` transcript, in order.
+
+    Each "Unable to ..." line is one failure; a "Failed to ... instances: <reason>" summary
+    adds one (GPU unknown) only when no per-instance line came before it. Success lines are
+    skipped; an empty tuple means nothing was refused. Other lines are parse warnings.
+    """
+    what = "nvidia-smi mig (operation transcript)"
+    failures: list[MigFailure] = []
+    pending_summary = False
+    for raw in (text or "").splitlines():
+        line = raw.strip()
+        if not line:
+            continue
+        instance = _UNABLE_INSTANCE.match(line)
+        mode = _UNABLE_MODE.match(line) if not instance else None
+        summary = _FAILED_SUMMARY.match(line) if not (instance or mode) else None
+        if instance:
+            kind = instance["kind"].lower()
+            own = int(instance["id"]) if instance["id"] else None
+            failures.append(
+                MigFailure(
+                    operation=f"{instance['verb'].lower()} {kind} instance",
+                    reason=instance["reason"],
+                    gpu=int(instance["gpu"]),
+                    gpu_instance_id=(
+                        int(instance["gi"]) if instance["gi"] else (own if kind == "gpu" else None)
+                    ),
+                    compute_instance_id=own if kind == "compute" else None,
+                    profile=instance["profile"].strip() if instance["profile"] else None,
+                )
+            )
+            pending_summary = True
+        elif mode:
+            failures.append(
+                MigFailure(
+                    operation=f"{mode['verb'].lower()} mig mode",
+                    reason=mode["reason"],
+                    pci_bus_id=mode["bus"],
+                )
+            )
+        elif summary:
+            if not pending_summary:
+                failures.append(
+                    MigFailure(
+                        operation=f"{summary['verb'].lower()} {summary['kind'].lower()} instance",
+                        reason=summary["reason"],
+                    )
+                )
+            pending_summary = False
+        elif not _KNOWN_TRAILER.match(line):
+            warn(what, "line is neither a refusal nor a confirmation", text=line)
+    return tuple(failures)
 
 
 def _rows(pattern: re.Pattern[str], lines: list[str], what: str, text: str) -> list[re.Match[str]]:

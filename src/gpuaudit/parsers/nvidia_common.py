@@ -8,12 +8,23 @@ is lost" judgement are decided once, the same way for every format.
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from collections.abc import Iterable, Mapping
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 
-from gpuaudit.model.snapshot import EccCounts, Gpu, RemappedRows, RetiredPages
-from gpuaudit.parsers.values import GPU_ERRORS, FieldReader, clean, first_present, parse_int, total
+from gpuaudit.model.snapshot import EccCounts, Gpu, MigDevice, RemappedRows, RetiredPages, bus_key
+from gpuaudit.parsers.values import (
+    FieldReader,
+    clean,
+    first_present,
+    is_gpu_error,
+    parse_int,
+    strip_note,
+    total,
+)
+from gpuaudit.parsers.warnings import warn
 
 
 @dataclass(frozen=True)
@@ -142,10 +153,125 @@ def gpu_status(core: Mapping[str, str | None], everything: Iterable[str | None])
     id, memory, temperature) to their printed text: an ``Unknown Error`` there marks the device
     as broken rather than one exotic counter unreadable. ``GPU is lost`` anywhere does too.
     """
-    lost = [name for name, value in core.items() if (value or "").strip().lower() in GPU_ERRORS]
+    lost = {name: value.strip() for name, value in core.items() if value and is_gpu_error(value)}
     anywhere_lost = any((value or "").strip().lower() == "gpu is lost" for value in everything)
     if not lost and not anywhere_lost:
         return "ok", ""
-    reason = "GPU is lost" if anywhere_lost else "Unknown Error"
+    reason = "GPU is lost" if anywhere_lost else next(iter(lost.values()))
     fields = ", ".join(lost) if lost else "some fields"
     return "error", f"nvidia-smi reported {reason!r} for {fields}"
+
+
+def version(current: str | None, deprecated: str | None) -> str | None:
+    """A version from its 610-branch label (``KMD Version``, ``CUDA UMD Version``) or, failing
+    that, the older one (``Driver Version``, ``CUDA Version``), which 610 drivers still print
+    with a ``[Deprecated; …]`` note after the number."""
+    return clean(strip_note(current)) or clean(strip_note(deprecated))
+
+
+def mig_device(
+    index: str | None,
+    gpu_instance: str | None,
+    compute_instance: str | None,
+    memory_total: str | None,
+    multiprocessors: str | None,
+    profile: str | None = None,
+) -> MigDevice:
+    """One MIG device from its printed fields (any of which may be missing)."""
+    return MigDevice(
+        index=parse_int(index),
+        gpu_instance_id=parse_int(gpu_instance),
+        compute_instance_id=parse_int(compute_instance),
+        profile=clean(profile),
+        memory_total_mib=parse_int(memory_total),
+        multiprocessor_count=parse_int(multiprocessors),
+    )
+
+
+@dataclass(frozen=True)
+class Notice:
+    """A line nvidia-smi printed between (or instead of) its report lines: a warning or an
+    error about one GPU (``WARNING: infoROM is corrupted at gpu 0000:3B:00.0``, ``Unable to
+    determine the device handle for GPU 0000:09:00.0: Unknown Error``) or about all of them."""
+
+    text: str
+    pci_bus_id: str | None  # normalised; None when the line names no GPU
+    # True when nvidia-smi could not reach the GPU at all: it is missing from the report.
+    failed: bool
+
+
+_BUS_ID = r"(?:[0-9A-Fa-f]{4,8}:)?[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-9A-Fa-f]"
+_NOTICE_BUS = re.compile(rf"(?:gpu|GPU)\s*(?P<bus>{_BUS_ID})")
+# What nvidia-smi prints when it cannot get a GPU's handle or talk to the driver.
+_FAILED = re.compile(
+    r"^(?:Unable to determine the device handle for|Unable to detect the device handle for"
+    r"|Failed to initialize NVML|NVIDIA-SMI has failed|No devices were found"
+    r"|Unable to determine the number of GPUs|GPU access blocked)",
+    re.IGNORECASE,
+)
+_NOTICE = re.compile(r"^(?:WARNING|Warning|ERROR|Error|Unable to|Failed to|NVIDIA-SMI has failed)")
+
+
+def notice(line: str) -> Notice | None:
+    """The :class:`Notice` a report line is, or None for an ordinary line."""
+    text = line.strip()
+    if not text or len(text) > 1000 or not (_NOTICE.match(text) or _FAILED.match(text)):
+        return None
+    bus = _NOTICE_BUS.search(text)
+    return Notice(text, bus_key(bus["bus"]) if bus else None, bool(_FAILED.match(text)))
+
+
+def attach_notices(gpus: tuple[Gpu, ...], notices: Iterable[Notice], what: str) -> tuple[Gpu, ...]:
+    """``gpus`` with each notice attached to the GPU it names.
+
+    A GPU nvidia-smi could not reach is absent from its report: it is added, with status
+    ``error``, the bus id and the message. A warning about a GPU that is present goes into its
+    ``status_detail``; one that marks a failure also sets its status to ``error``. Every
+    notice is also recorded as a parse warning, so a warning about no GPU in particular (or
+    about one the report does not list) is still shown.
+    """
+    result = list(gpus)
+    for item in notices:
+        position = next(
+            (
+                i
+                for i, g in enumerate(result)
+                if item.pci_bus_id and g.pci_bus_id == item.pci_bus_id
+            ),
+            None,
+        )
+        if position is None and item.failed and item.pci_bus_id:
+            result.append(
+                Gpu(
+                    index=len(result),
+                    status="error",
+                    status_detail=f"nvidia-smi: {item.text}",
+                    pci_bus_id=item.pci_bus_id,
+                )
+            )
+            position = len(result) - 1
+        elif position is not None:
+            gpu = result[position]
+            detail = "; ".join(d for d in (gpu.status_detail, f"nvidia-smi: {item.text}") if d)
+            status = "error" if item.failed else gpu.status
+            result[position] = dataclasses.replace(gpu, status=status, status_detail=detail)
+        where = result[position].index if position is not None else None
+        warn(what, "nvidia-smi printed a warning or error line", item.text, gpu=where)
+    return tuple(result)
+
+
+def classify_field(
+    path: str,
+    read: AbstractSet[str],
+    ignored: AbstractSet[str],
+    placed: AbstractSet[str],
+) -> str:
+    """How a parser treats the field at ``path`` (names joined by ``/``): ``read`` (a Gpu
+    field comes from it), ``ignored`` (inside a block read whole or not at all), ``known``
+    (recognised, no Gpu field) or ``unknown``."""
+    if path in read:
+        return "read"
+    parts = path.split("/")
+    if any("/".join(parts[:i]) in ignored for i in range(1, len(parts) + 1)):
+        return "ignored"
+    return "known" if path in placed else "unknown"

@@ -27,14 +27,19 @@ from gpuaudit.parsers.nvidia_common import (
     ECC_SPLIT,
     NvidiaSmiLog,
     active_reasons,
+    attach_notices,
+    classify_field,
     ecc_counts,
     gpu_status,
+    mig_device,
+    notice,
     remapped_rows,
     retired_pages,
 )
 
 # Re-exported: other parsers and tests import the value helpers from here.
 from gpuaudit.parsers.values import FieldReader, clean, first_present, parse_float, parse_int
+from gpuaudit.parsers.warnings import warn
 
 __all__ = ["NvidiaSmiLog", "clean", "parse_float", "parse_int", "parse_nvidia_smi_xml"]
 
@@ -79,17 +84,85 @@ _POWER_LIMIT = (
     "power_readings/power_limit",
 )
 _LINK = "pci/pci_gpu_link_info"
+_END = "</nvidia_smi_log>"
+
+# Elements under <gpu> gpuaudit reads no value from (see _READ for those it does): a known one
+# is passed over, any other is warned about once per document. Blocks in _IGNORED are read as a
+# whole (clock event reasons) or not at all.
+_KNOWN_ROOT = frozenset({"timestamp", "driver_version", "cuda_version", "attached_gpus", "gpu"})
+_KNOWN = frozenset(
+    [
+        "product_brand", "display_mode", "display_attached", "display_active", "addressing_mode",
+        "accounting_mode", "accounting_mode_buffer_size", "pdi", "minor_number", "multigpu_board",
+        "board_id", "board_part_number", "gpu_part_number", "gpu_fru_part_number",
+        "gpu_module_id", "c2c_mode", "gsp_firmware_version", "fan_speed", "performance_state",
+        "sparse_operation_mode", "compute_mode", "edpp_multiplier",
+        "inforom_version/oem_object", "inforom_version/ecc_object", "inforom_version/pwr_object",
+        "pci/pci_bus", "pci/pci_device", "pci/pci_domain", "pci/pci_device_id",
+        "pci/pci_sub_system_id", "pci/pci_base_class", "pci/pci_sub_class",
+        "pci/replay_rollover_counter", "pci/tx_util", "pci/rx_util", "pci/atomic_caps_inbound",
+        "pci/atomic_caps_outbound", f"{_LINK}/pcie_gen/device_current_link_gen",
+        f"{_LINK}/pcie_gen/max_device_link_gen", f"{_LINK}/pcie_gen/max_host_link_gen",
+        "fb_memory_usage/reserved", "fb_memory_usage/free",
+        "ecc_errors/aggregate/sram_threshold_exceeded", "ecc_errors/channel_repair_pending",
+        "ecc_errors/tpc_repair_pending", "ecc_errors/unrepairable_memory",
+        "retired_pages/multiple_single_bit_retirement/retired_pagelist",
+        "retired_pages/double_bit_retirement/retired_pagelist",
+        "remapped_rows/remapped_row_corr_inactive", "remapped_rows/remapped_row_unc_inactive",
+        "temperature/gpu_target_temperature", "temperature/gpu_temp_max_gpu_threshold",
+        "temperature/gpu_temp_max_gpu_tlimit_threshold", "temperature/gpu_temp_max_mem_threshold",
+        "temperature/gpu_temp_max_mem_tlimit_threshold", "temperature/gpu_temp_max_threshold",
+        "temperature/gpu_temp_max_tlimit_threshold", "temperature/gpu_temp_slow_tlimit_threshold",
+        "temperature/gpu_temp_tlimit", "temperature/memory_temp",
+        "power_readings/power_state", "power_readings/power_management",
+        "power_readings/default_power_limit", "power_readings/min_power_limit",
+        "power_readings/max_power_limit", "gpu_power_readings/power_state",
+        "gpu_power_readings/default_power_limit", "gpu_power_readings/min_power_limit",
+        "gpu_power_readings/max_power_limit", "gpu_power_readings/requested_power_limit",
+        "utilization/memory_util", "utilization/encoder_util", "utilization/decoder_util",
+        "utilization/jpeg_util", "utilization/ofa_util",
+        "mig_devices/mig_device/fb_memory_usage/used",
+        "mig_devices/mig_device/fb_memory_usage/free",
+        "mig_devices/mig_device/fb_memory_usage/reserved",
+    ]
+)  # fmt: skip
+_IGNORED = frozenset(
+    [
+        "driver_model", "platformInfo", "inforom_bbx_flush", "gpu_operation_mode",
+        "gpu_virtualization_mode", "ibmnpu", "bar1_memory_usage", "cc_protected_memory_usage",
+        "encoder_stats", "fbc_stats", "clocks", "applications_clocks",
+        "default_applications_clocks", "deferred_clocks", "max_clocks",
+        "max_customer_boost_clocks", "clock_policy", "supported_clocks", "voltage", "fabric",
+        "processes", "accounted_processes", "capabilities", "clocks_event_reasons_counters",
+        "gpu_memory_power_readings", "module_power_readings", "dram_encryption_mode",
+        "power_profiles", "power_smoothing", "supported_gpu_target_temp", "pci/pci_bridge_chip",
+        "ecc_errors/aggregate_uncorrectable_sram_sources", "remapped_rows/row_remapper_histogram",
+        "clocks_event_reasons", "clocks_throttle_reasons",
+        "mig_devices/mig_device/device_attributes", "mig_devices/mig_device/ecc_error_count",
+        "mig_devices/mig_device/bar1_memory_usage",
+    ]
+    + [f"ecc_errors/{s}/{b}_bit" for s in ("volatile", "aggregate") for b in ("single", "double")]
+)  # fmt: skip
 
 
 def parse_nvidia_smi_xml(text: str) -> NvidiaSmiLog:
     """Parse ``nvidia-smi -q -x`` output. Raises :class:`ParseError` on anything unreadable."""
-    root = _parse_root(text)
+    root, outside = _parse_root(text)
     driver = _text(root, "driver_version")
     cuda = _text(root, "cuda_version")
     gpus = tuple(
         _parse_gpu_safely(index, element, driver, cuda)
         for index, element in enumerate(root.findall("gpu"))
     )
+    _warn_unplaced(root)
+    notices = []
+    for line in outside.splitlines():
+        found = notice(line)
+        if found is not None:
+            notices.append(found)
+        elif line.strip():
+            warn(WHAT, "text outside the XML document", line)
+    gpus = attach_notices(gpus, notices, WHAT)
     return NvidiaSmiLog(
         driver_version=driver,
         cuda_version=cuda,
@@ -99,15 +172,20 @@ def parse_nvidia_smi_xml(text: str) -> NvidiaSmiLog:
     )
 
 
-def _parse_root(text: str) -> Element:
+def _parse_root(text: str) -> tuple[Element, str]:
+    """The document's root element, and the text printed before and after the document
+    (warnings nvidia-smi wrote to the same stream)."""
     if not text or not text.strip():
         raise ParseError(WHAT, "empty output")
-    start = text.find("<")
+    start = _document_start(text)
     if start < 0:
         raise ParseError(WHAT, "no XML in the output", text)
+    end = text.rfind(_END)
+    end = len(text) if end < start else end + len(_END)
+    outside = text[:start] + "\n" + text[end:]
     try:
         root = SafeET.fromstring(
-            text[start:], forbid_dtd=False, forbid_entities=True, forbid_external=True
+            text[start:end], forbid_dtd=False, forbid_entities=True, forbid_external=True
         )
     except DefusedXmlException as exc:
         # nvidia-smi never declares entities: such output is refused whole, nothing expanded.
@@ -117,7 +195,77 @@ def _parse_root(text: str) -> Element:
         raise ParseError(WHAT, f"malformed or truncated XML: {exc}", text) from exc
     if root.tag != "nvidia_smi_log":
         raise ParseError(WHAT, f"root element is <{root.tag}>, not <nvidia_smi_log>", text)
-    return root
+    return root, outside
+
+
+def _document_start(text: str) -> int:
+    """Where the XML starts: the first line that begins with ``<`` (so that a warning line
+    printed before the document is not read as XML), else the first ``<``."""
+    position = 0
+    for line in text.splitlines(keepends=True):
+        if line.lstrip().startswith("<"):
+            return position + len(line) - len(line.lstrip())
+        position += len(line)
+    return text.find("<")
+
+
+def _paths(node: Element, prefix: str) -> list[tuple[str, Element]]:
+    return [(f"{prefix}{child.tag}", child) for child in node]
+
+
+# The element paths under <gpu> that _parse_gpu reads.
+_READ = frozenset(
+    [
+        *_CORE_FIELDS, *_POWER_DRAW, *_POWER_LIMIT, "serial", "product_architecture",
+        "vbios_version", "inforom_version/img_version", "fb_memory_usage/used",
+        "ecc_mode/current_ecc", "ecc_mode/pending_ecc", "temperature/gpu_temp_slow_threshold",
+        "utilization/gpu_util", "pci/replay_counter", "mig_mode/current_mig",
+        "mig_mode/pending_mig", "persistence_mode", "gpu_reset_status/reset_required",
+        "gpu_reset_status/drain_and_reset_recommended", "gpu_recovery_action",
+        f"{_LINK}/pcie_gen/current_link_gen", f"{_LINK}/pcie_gen/max_link_gen",
+        f"{_LINK}/link_widths/current_link_width", f"{_LINK}/link_widths/max_link_width",
+        *(f"ecc_errors/{s}/{p}" for s in ("volatile", "aggregate") for p in _ECC_PATHS.values()),
+        *(f"retired_pages/{p}" for options in _RETIRED_PATHS.values() for p in options),
+        *(f"remapped_rows/{p}" for options in _REMAPPED_PATHS.values() for p in options),
+        *(f"mig_devices/mig_device/{p}" for p in (
+            "index", "gpu_instance_id", "compute_instance_id", "fb_memory_usage/total",
+            "device_attributes/shared/multiprocessor_count",
+        )),
+    ]
+)  # fmt: skip
+_PLACED = frozenset(
+    "/".join(p.split("/")[:i]) for p in _READ | _KNOWN for i in range(1, p.count("/") + 2)
+)
+
+
+def field_status(path: str) -> str:
+    """How the parser treats the element at ``path`` under ``<gpu>``: ``read``, ``known``,
+    ``ignored`` (inside a block read whole or not at all) or ``unknown``."""
+    return classify_field(path, _READ, _IGNORED, _PLACED)
+
+
+def _warn_unplaced(root: Element) -> None:
+    """One parse warning per element path nothing reads or recognises."""
+    seen: set[str] = set()
+    for child in root:
+        if child.tag not in _KNOWN_ROOT and child.tag not in seen:
+            seen.add(child.tag)
+            warn(WHAT, f"unknown element <{child.tag}>: its value is not read", _show(child))
+    for gpu in root.findall("gpu"):
+        stack = _paths(gpu, "")
+        while stack:
+            path, element = stack.pop()
+            status = field_status(path)
+            if status == "unknown" and f"gpu/{path}" not in seen:
+                seen.add(f"gpu/{path}")
+                warn(WHAT, f"unknown element <gpu>/{path}: its value is not read", _show(element))
+            elif status in ("known", "read"):
+                stack.extend(_paths(element, f"{path}/"))
+
+
+def _show(element: Element) -> str:
+    text = (element.text or "").strip()
+    return f"<{element.tag}>{text}</{element.tag}>" if text else f"<{element.tag}>"
 
 
 def _parse_gpu_safely(index: int, element: Element, driver: str | None, cuda: str | None) -> Gpu:
@@ -220,14 +368,12 @@ def _mig_devices(node: Element | None) -> tuple[MigDevice, ...]:
     if node is None:
         return ()
     return tuple(
-        MigDevice(
-            index=parse_int(_text(d, "index")),
-            gpu_instance_id=parse_int(_text(d, "gpu_instance_id")),
-            compute_instance_id=parse_int(_text(d, "compute_instance_id")),
-            memory_total_mib=parse_int(_text(d, "fb_memory_usage/total")),
-            multiprocessor_count=parse_int(
-                _text(d, "device_attributes/shared/multiprocessor_count")
-            ),
+        mig_device(
+            _raw(d, "index"),
+            _raw(d, "gpu_instance_id"),
+            _raw(d, "compute_instance_id"),
+            _raw(d, "fb_memory_usage/total"),
+            _raw(d, "device_attributes/shared/multiprocessor_count"),
         )
         for d in node.findall("mig_device")
     )

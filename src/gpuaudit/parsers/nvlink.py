@@ -16,6 +16,11 @@ link lines. Counter names differ between drivers and generations (CRC, CRC Flit,
 every "<name> Errors: N" pair is kept under its printed name and the common ones are also
 summed into named fields.
 
+Lines the reader cannot place (text before the first ``GPU N:`` header, a link value that is
+neither a speed, ``<inactive>`` nor counters, anything else inside a GPU's block) become parse
+warnings; a UUID printed as something other than ``GPU-…`` (an elided ``...`` in a ticket) is
+dropped with a warning.
+
 ``nvidia-smi -q -x`` carries no per-link NVLink state in the schemas the project's fixtures cover
 (v10 to v13), so this module reads only the text listings.
 """
@@ -29,6 +34,7 @@ from collections.abc import Iterable
 from gpuaudit.model.snapshot import GpuNvLink, NvLinkLink
 from gpuaudit.parsers.errors import ParseError
 from gpuaudit.parsers.values import parse_float, split_gpu_header
+from gpuaudit.parsers.warnings import warn
 
 WHAT = "nvidia-smi nvlink -s / -e"
 
@@ -57,10 +63,14 @@ def parse_nvlink(text: str) -> tuple[GpuNvLink, ...]:
         header = split_gpu_header(line)
         if header:
             index, _name, uuid = header
+            if uuid is not None and not uuid.startswith("GPU-"):
+                warn(WHAT, "UUID is not a GPU UUID; left out", text=line, gpu=index)
+                uuid = None
             current = gpus.setdefault(index, _GpuBuilder(index))
             current.uuid = current.uuid or uuid
             continue
         if current is None:
+            warn(WHAT, "line before the first 'GPU N:' header", text=line)
             continue
         if _ALL_INACTIVE.search(line):
             current.all_inactive = True
@@ -68,6 +78,8 @@ def parse_nvlink(text: str) -> tuple[GpuNvLink, ...]:
         link = _LINK.match(line)
         if link:
             current.add(int(link.group(1)), link.group(2).strip())
+        else:
+            warn(WHAT, "unrecognised line in a GPU's listing", text=line, gpu=current.index)
     if not gpus:
         raise ParseError(WHAT, "no 'GPU N:' line", text)
     return tuple(g.build() for g in gpus.values())
@@ -115,6 +127,9 @@ class _GpuBuilder:
             self.merge(NvLinkLink(number, active=False))
         elif speed:
             self.merge(NvLinkLink(number, active=True, speed_gb_s=parse_float(speed.group(1))))
+        else:
+            warn(WHAT, f"link {number}: state not recognised", text=value, gpu=self.index)
+            self.merge(NvLinkLink(number))
 
     def merge(self, link: NvLinkLink) -> None:
         known = self.links.get(link.link, NvLinkLink(link.link))

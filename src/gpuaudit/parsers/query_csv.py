@@ -31,6 +31,7 @@ from gpuaudit.parsers.nvidia_common import (
     ecc_counts,
     remapped_rows,
     retired_pages,
+    version,
 )
 from gpuaudit.parsers.values import FieldReader, clean, first_present, parse_int
 
@@ -95,7 +96,7 @@ def parse_query_gpu_csv(text: str) -> NvidiaSmiLog:
     header, rows = _read(text, WHAT)
     if any(name in header for name in _RETIRED_FIELDS):
         raise ParseError(WHAT, "this is --query-retired-pages output", text)
-    known = {"name", "uuid", "pci.bus_id", "index", "memory.total", "driver_version"}
+    known = {"name", "uuid", "pci.bus_id", "index", "memory.total", "driver_version", "kmd_version"}
     if not known & set(header):
         raise ParseError(WHAT, "the header names none of the GPU identity fields", text)
     records = [_record(header, row) for row in rows]
@@ -105,7 +106,8 @@ def parse_query_gpu_csv(text: str) -> NvidiaSmiLog:
     )
     first = next((r for r in records if r is not None), {})
     return NvidiaSmiLog(
-        driver_version=clean(first.get("driver_version")),
+        # 610 drivers add "kmd_version" beside the deprecated "driver_version".
+        driver_version=version(first.get("kmd_version"), first.get("driver_version")),
         cuda_version=None,
         timestamp=clean(first.get("timestamp")),
         attached_gpus=parse_int(first.get("count")),
@@ -234,7 +236,7 @@ def _gpu(position: int, record: dict[str, str] | None, row: list[str]) -> Gpu:
         pci_bus_id=bus_key(clean(v("pci.bus_id"))),
         vbios_version=r.as_text("vbios_version", v("vbios_version")),
         inforom_image=r.as_text("inforom_image", v("inforom.img")),
-        driver_version=clean(v("driver_version")),
+        driver_version=version(v("kmd_version"), v("driver_version")),
         memory_total_mib=r.as_int("memory_total_mib", v("memory.total")),
         memory_used_mib=r.as_int("memory_used_mib", v("memory.used")),
         ecc_mode_current=r.as_text("ecc_mode_current", v("ecc.mode.current")),

@@ -1,10 +1,18 @@
-"""`rocm-smi --showallinfo --json` (and the default concise table) → AMD :class:`Gpu` records.
+"""`rocm-smi --showallinfo` (text or ``--json``) and the default concise table → AMD :class:`Gpu`.
 
 rocm-smi's JSON is one object per ``cardN`` plus a ``system`` object, keyed by the human labels
 of the text output, and those labels were renamed between ROCm releases (``GPU ID`` → ``Device
 ID``, ``Card series`` → ``Card Series``, ``Device Name`` appearing in 6.1). Each field is
 looked up under all known labels, case-insensitively. Values are strings, with ``N/A`` (or
 ``N/A (Secondary die)``) where the card cannot say.
+
+The text of ``--showallinfo`` (``rocm-smi -a``) carries the same labels, one value a line:
+``GPU[0]\t\t: VBIOS version: 113-MI3SRIOV-001`` under ``==== VBIOS ====`` banners, with the
+driver version on a line of its own. :func:`parse_rocm_smi_showallinfo` gathers each GPU's
+``label: value`` pairs into the shape of a JSON card object and reads them as the JSON is
+read. A query the card cannot answer prints ``get_power_profiles, Not supported on the given
+system`` (kept as "not supported", not a warning); a line of any other shape outside the
+process listings is a parse warning.
 """
 
 from __future__ import annotations
@@ -17,6 +25,7 @@ from gpuaudit.model.snapshot import Gpu, bus_key
 from gpuaudit.parsers.errors import ParseError
 from gpuaudit.parsers.nvidia_xml import clean, parse_float, parse_int
 from gpuaudit.parsers.values import load_host_json
+from gpuaudit.parsers.warnings import warn
 
 WHAT = "rocm-smi --json"
 _CARD = re.compile(r"^card(\d+)$")
@@ -116,6 +125,76 @@ def _pcie(level: str | None) -> tuple[int | None, int | None]:
         return None, None
     rate = parse_float(match.group(1))
     return (_GEN_BY_RATE.get(rate) if rate is not None else None), int(match.group(2))
+
+
+_TEXT_GPU_LINE = re.compile(r"^GPU\[(\d+)\]\s*:\s?(.*)$")
+_TEXT_PAIR = re.compile(r"^(.+?):\s*(.*)$")
+_BANNER = re.compile(r"^=+(?:\s*(.*?)\s*=+)?$")
+_NOT_SUPPORTED = re.compile(r"^(?:[^,]*, )?Not supported(?: on the given system)?$", re.IGNORECASE)
+# Lines that only structure the listing: a sub-heading of the clock tables, a rule of dashes.
+_LAYOUT = re.compile(r"^(?:Supported \w+ frequencies on GPU\d+|-+)?$")
+# Sections that list processes rather than per-GPU values.
+_PROCESS_SECTIONS = frozenset({"KFD Processes", "GPUs Indexed by PID"})
+# The labels the record is built from; a value under one of them that does not read as a
+# number is warned about.
+_NUMERIC_LABELS = (
+    "Temperature (Sensor edge) (C)",
+    "Temperature (Sensor junction) (C)",
+    "Average Graphics Package Power (W)",
+    "Current Socket Graphics Package Power (W)",
+    "Max Graphics Package Power (W)",
+    "GPU use (%)",
+    "PCIe Replay Count",
+    "VRAM Total Memory (B)",
+    "VRAM Total Used Memory (B)",
+)
+
+
+def parse_rocm_smi_showallinfo(text: str) -> tuple[Gpu, ...]:
+    """The text of `rocm-smi --showallinfo` (``-a``): one :class:`Gpu` per ``GPU[N]``."""
+    what = "rocm-smi --showallinfo"
+    lines = (text or "").splitlines()
+    if not any("ROCm System Management Interface" in line for line in lines):
+        raise ParseError(what, "no 'ROCm System Management Interface' banner", text)
+    cards: dict[int, dict[str, str]] = {}
+    driver: str | None = None
+    section = ""
+    for raw in lines:
+        line = raw.strip()
+        if not line:
+            continue
+        banner = _BANNER.match(line)
+        if banner:
+            section = banner.group(1) or ""
+            continue
+        gpu_line = _TEXT_GPU_LINE.match(line)
+        if gpu_line:
+            number, rest = int(gpu_line.group(1)), gpu_line.group(2).strip()
+            card = cards.setdefault(number, {})
+            pair = _TEXT_PAIR.match(rest)
+            if _NOT_SUPPORTED.match(rest) or _LAYOUT.match(rest):
+                continue
+            if pair:
+                # Values are padded with tabs ("Card series: \t\tAMD Instinct MI300X OAM").
+                card.setdefault(pair.group(1).strip(), pair.group(2).strip())
+            else:
+                warn(what, "GPU line without a 'label: value' pair", text=line, gpu=number)
+            continue
+        driver_line = re.match(r"^Driver version:\s*(\S.*)$", line)
+        if driver_line:
+            driver = driver_line.group(1).strip()
+        elif not (
+            section in _PROCESS_SECTIONS or _NOT_SUPPORTED.match(line) or _LAYOUT.match(line)
+        ):
+            warn(what, f"line outside a GPU entry (section {section or 'none'!r})", text=line)
+    if not cards:
+        raise ParseError(what, "no GPU[N] lines", text)
+    for number, card in cards.items():
+        for label in _NUMERIC_LABELS:
+            value = card.get(label)
+            if value and parse_float(value) is None and not value.lower().startswith("n/a"):
+                warn(what, f"{label} is not a number", text=value, gpu=number)
+    return tuple(_gpu(number, cards[number], driver) for number in sorted(cards))
 
 
 def parse_rocm_smi_concise(text: str) -> tuple[Gpu, ...]:

@@ -13,6 +13,15 @@ ANSI underline codes. Two quirks shape the parser:
 Space-expanded rows are turned back into cells by counting the 8-column tab stops between tokens,
 and the trailing (affinity) cells are matched to their columns from both ends: the first columns
 take the first cells, the last column takes the last cell.
+
+Headers are not always clean either. A terminal copy of an underlined header loses the tabs
+between the names (``GPU0GPU1GPU2...mlx5_0``, ``CPU AffinityNUMA AffinityGPU NUMA ID``), and
+drivers before 2018 name NICs by their device (``mlx5_0``) and print ``SOC`` for the socket link.
+A header part is split into device and column names where it is a run of them (with a parse
+warning), and every row is checked after reading: each device's own cell must be ``X``, matrix
+cells must be link values and affinity cells must look like CPU lists or NUMA ids. A row that
+fails those checks is misaligned and raises :class:`ParseError` rather than moving an affinity
+or NIC value into the wrong column.
 """
 
 from __future__ import annotations
@@ -22,9 +31,20 @@ import re
 from gpuaudit.model.snapshot import Topology
 from gpuaudit.parsers.errors import ParseError
 from gpuaudit.parsers.values import split_gpu_header
+from gpuaudit.parsers.warnings import warn
 
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]")
 _DEVICE = re.compile(r"^(?:GPU|NIC|NVS|CPU|DPU)\d+$")
+_DEVICE_IN_HEADER = re.compile(r"(?:GPU|NIC|NVS|CPU|DPU)\d")
+# One name of a header that lost its separators: the affinity titles, a device (GPU0, NIC3) or
+# an RDMA device name as old drivers printed it (mlx5_0, mlx4_1).
+_HEADER_NAME = re.compile(
+    r"CPU Affinity|NUMA Affinity|GPU NUMA ID|(?:GPU|NIC|NVS|CPU|DPU)\d+|[a-z][a-z0-9]*?\d*_\d+"
+)
+# Cells of the connection matrix (SOC: drivers before 2018; NV#: bonded NVLinks).
+_LINK = re.compile(r"^(?:X|SYS|SOC|NODE|PHB|PXB|PIX|PSB|NV\d+|N/A)$")
+_CPU_LIST = re.compile(r"^(?:\d+(?:-\d+)?(?:,\d+(?:-\d+)?)*|N/A)?$")
+_NUMA_ID = re.compile(r"^(?:-?\d+(?:[-,]\d+)*|N/A)?$")
 _AFFINITY_COLUMNS = ("CPU Affinity", "NUMA Affinity", "GPU NUMA ID")
 _P2P_STATUSES = frozenset({"OK", "CNS", "GNS", "TNS", "NS", "U", "DR"})
 _LEGEND_ENTRY = re.compile(r"^\s*(\S+)\s*=\s*(.*\S)\s*$")
@@ -49,7 +69,7 @@ def parse_topo_matrix(text: str) -> Topology:
     gpu_numa: dict[str, str] = {}
     for line in rows:
         label, cells = _row_cells(line)
-        if not _DEVICE.match(label):
+        if not _DEVICE.match(label) and label not in matrix_columns:
             raise ParseError(what, f"unexpected row label {label!r}", text)
         values = [c for c in cells if c]
         if len(values) < len(matrix_columns):
@@ -59,9 +79,17 @@ def parse_topo_matrix(text: str) -> Topology:
                 text,
             )
         cut = _after_nth_value(cells, len(matrix_columns))
+        row = tuple(values[: len(matrix_columns)])
+        _check_matrix_row(label, row, matrix_columns, text)
         devices.append(label)
-        matrix.append(tuple(values[: len(matrix_columns)]))
-        for column, value in _match_trailing(trailing, cells[cut:]).items():
+        matrix.append(row)
+        rest = cells[cut:]
+        if not trailing and any(rest):
+            raise ParseError(
+                what, f"row {label} has cells past the matrix and the header names none", text
+            )
+        for column, value in _match_trailing(trailing, rest).items():
+            _check_affinity(label, column, value, text)
             target = {"CPU Affinity": cpu, "NUMA Affinity": numa, "GPU NUMA ID": gpu_numa}[column]
             target[label] = value
 
@@ -88,7 +116,7 @@ def parse_p2p_matrix(text: str) -> Topology:
     for line in rows:
         label, cells = _row_cells(line)
         values = [c for c in cells if c]
-        if not _DEVICE.match(label) or len(values) != len(columns):
+        if not (_DEVICE.match(label) or label in columns) or len(values) != len(columns):
             raise ParseError(what, f"malformed row {line.strip()!r}", text)
         devices.append(label)
         matrix.append(tuple(values))
@@ -115,7 +143,7 @@ def _split(text: str, what: str) -> tuple[str, list[str], dict[str, str]]:
     first = lines[nonblank[0]]
     if split_gpu_header(first):
         raise ParseError(what, "this is `nvidia-smi nvlink -s` output", text)
-    if not any(_DEVICE.match(tok) for tok in re.split(r"\s+", first.strip())):
+    if not _DEVICE_IN_HEADER.search(first):
         raise ParseError(what, "no GPU/NIC column header", text)
 
     rows: list[str] = []
@@ -144,7 +172,62 @@ def _legend(lines: list[str]) -> dict[str, str]:
 
 def _header_columns(header: str) -> list[str]:
     parts = header.split("\t") if "\t" in header else re.split(r"\s{2,}", header)
-    return [p.strip() for p in parts if p.strip()]
+    columns: list[str] = []
+    for part in (p.strip() for p in parts):
+        if not part:
+            continue
+        names = _run_of_names(part)
+        if len(names) > 1:
+            warn(
+                "nvidia-smi topo -m",
+                f"header names run together; read as {len(names)} columns",
+                text=part,
+            )
+        columns.extend(names)
+    return columns
+
+
+def _run_of_names(part: str) -> list[str]:
+    """``"GPU0GPU1mlx5_0"`` → ["GPU0", "GPU1", "mlx5_0"]; a part that is not wholly a run of
+    known names (one unknown title) stays one column."""
+    names: list[str] = []
+    position = 0
+    while position < len(part):
+        match = _HEADER_NAME.match(part, position)
+        if not match:
+            return [part]
+        names.append(match.group())
+        position = match.end()
+    return names
+
+
+def _check_matrix_row(label: str, row: tuple[str, ...], columns: list[str], text: str) -> None:
+    """A misaligned row shows as a non-link value in the matrix or a missing ``X`` on the
+    device's own column; unknown but plausible link names are only warned about."""
+    what = "nvidia-smi topo -m"
+    if label in columns and row[columns.index(label)] != "X":
+        raise ParseError(what, f"row {label} is misaligned: its own column is not X", text)
+    for column, cell in zip(columns, row, strict=True):
+        if _LINK.match(cell) or cell in _P2P_STATUSES:
+            continue
+        if re.search(r"\d[-,]\d|^\d+$", cell):
+            raise ParseError(
+                what, f"row {label} is misaligned: {cell!r} under {column} is not a link", text
+            )
+        warn(what, f"unknown link type under {column}", text=cell)
+
+
+def _check_affinity(label: str, column: str, value: str, text: str) -> None:
+    pattern = _CPU_LIST if column == "CPU Affinity" else _NUMA_ID
+    if pattern.match(value):
+        return
+    if _LINK.match(value):
+        raise ParseError(
+            "nvidia-smi topo -m",
+            f"row {label} is misaligned: link value {value!r} under {column}",
+            text,
+        )
+    warn("nvidia-smi topo -m", f"unexpected {column} value of {label}", text=value)
 
 
 def _row_cells(line: str) -> tuple[str, list[str]]:

@@ -43,9 +43,12 @@ _REASON_BY_SPELLING = {
     "gpu is lost": UNREADABLE,
     "insufficient permissions": UNREADABLE,
     "err!": UNREADABLE,
+    # "CUDA Version : Not Found" on a host whose driver has no CUDA user-mode part (vGPU hosts).
+    "not found": NOT_APPLICABLE,
 }
-# Values that mean the GPU itself failed to answer, not that a feature is missing.
-GPU_ERRORS = ("unknown error", "gpu is lost")
+# Values that mean the GPU itself failed to answer, not that a feature is missing: on a core
+# field (name, UUID, bus id, memory, temperature) they mark a failing reading.
+GPU_ERRORS = ("unknown error", "gpu is lost", "err!")
 # With an exponent: "1e999" is one (overflowing) number, not the reading 1.
 _NUMBER = re.compile(r"[-+]?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?")
 # The largest magnitude a reading may have.
@@ -56,6 +59,26 @@ _MAX_DIGITS = 40
 def _spelling(value: str) -> str:
     text = value.strip().lower()
     return text[1:-1] if text.startswith("[") and text.endswith("]") else text
+
+
+def is_gpu_error(value: str | None) -> bool:
+    """True for the spellings that say the GPU failed to answer (``Unknown Error``, ``[Unknown
+    Error]``, ``GPU is lost``, ``ERR!``), as opposed to a value that does not apply."""
+    return value is not None and _spelling(value) in GPU_ERRORS
+
+
+def strip_note(value: str | None) -> str | None:
+    """``value`` without a bracketed note after it: ``"13.3 [Deprecated; …]"`` → ``"13.3"``.
+
+    A value that is all brackets (``[N/A]``) is left as it is."""
+    if value is None:
+        return None
+    text = value.strip()
+    head, bracket, note = text.rpartition("[")
+    head = head.strip()
+    if not bracket or not head or not note.endswith("]") or "]" in note[:-1]:
+        return value
+    return value if "[" in head or "]" in head else head
 
 
 def clean(value: str | None) -> str | None:

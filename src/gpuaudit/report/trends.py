@@ -358,7 +358,7 @@ def _xid_counts(snap: HostSnapshot) -> Counter[str]:
     by_index = {g.index: g.pci_bus_id for g in snap.gpus}
     counts: Counter[str] = Counter()
     for event in snap.xid_events:
-        if event.kind == "sxid":
+        if event.kind not in ("xid", "fallen_off_bus"):  # SXids and failed starts: no XID
             continue
         bus = bus_key(event.pci_bus_id)
         if bus is None and event.gpu_index is not None:

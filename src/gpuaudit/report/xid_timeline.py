@@ -195,7 +195,7 @@ def timestamp_key(stamp: str | None) -> tuple[int, float]:
 class XidIncident:
     """Every event of one kind and code on one GPU: how often, when first and last, the lines."""
 
-    what: str  # "XID 79", "SXid 12028", "GPU fell off the bus"
+    what: str  # "XID 79", "SXid 12028", "GPU fell off the bus", "GPU did not come up"
     gpu: str  # "GPU 3"; the bus id where no GPU the host listed has it (lost GPU, NVSwitch)
     count: int
     first_seen: str
@@ -210,6 +210,8 @@ def _what(event: XidEvent) -> str:
         return f"SXid {code}"
     if event.kind == "fallen_off_bus":
         return "GPU fell off the bus"
+    if event.kind == "init_failed":
+        return "GPU did not come up"
     return f"XID {code}"
 
 

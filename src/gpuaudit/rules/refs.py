@@ -47,6 +47,7 @@ KERNEL_IP_SYSCTL = "https://docs.kernel.org/networking/ip-sysctl.html"
 _GUIDE = "docs/field-guide/"
 
 GUIDE_XID_LOG = _GUIDE + "xid.md#reading-an-xid-line"
+GUIDE_XID_INIT_FAILED = _GUIDE + "xid.md#a-gpu-that-did-not-come-up"
 GUIDE_XID_TABLE = _GUIDE + "xid.md#common-xid-codes"
 GUIDE_XID_ACTIONS = _GUIDE + "xid.md#immediate-action-per-code"
 GUIDE_XID_READINGS = _GUIDE + "xid.md#how-other-health-checks-read-xids"

@@ -74,7 +74,9 @@ def xid_errors(rule: Rule, snap: HostSnapshot, ctx: RuleContext) -> Iterable[Fin
     Remediation: the catalogue's step for the code, given in each finding.
     """
     overrides = _overrides(ctx.settings_for(snap).get("xid_overrides") or {})
-    groups = _group(snap, (e for e in snap.xid_events if e.kind != "sxid"))
+    # Only XIDs: an NVSwitch SXid has GA302, and a GPU whose adapter failed to start
+    # ("init_failed") logged no XID code to classify.
+    groups = _group(snap, (e for e in snap.xid_events if e.kind in ("xid", "fallen_off_bus")))
     codes_at: dict[Where, set[int]] = {}
     for where, code in groups:
         codes_at.setdefault(where, set()).add(code)
@@ -155,6 +157,63 @@ def sxid_errors(rule: Rule, snap: HostSnapshot, ctx: RuleContext) -> Iterable[Fi
             f"{_when(events)}" + (" (fatal)." if fatal else " (non-fatal)."),
             _events_evidence(code, events, "no SXid events", pci_bus_id=where[1], fatal=fatal),
             severity=Severity.HIGH if fatal else Severity.MEDIUM,
+        )
+
+
+@rule(
+    "GA312",
+    "A GPU did not come up (adapter initialisation failed)",
+    category="health",
+    needs=(KERNEL_LOG,),
+    owner=Owner.INFRA,
+    severity=Severity.HIGH,
+    likelihood=4,
+    impact=4,
+    remediation=(
+        "Drain the host; read the lines before the failure for the cause (GSP firmware, power, "
+        "PCIe link); reset the GPU or power-cycle the host, and send the GPU to the vendor when "
+        "its starts keep failing."
+    ),
+    references=(refs.GUIDE_XID_INIT_FAILED, refs.GUIDE_XID_LOG, refs.GUIDE_INCIDENT),
+)
+def init_failures(rule: Rule, snap: HostSnapshot, ctx: RuleContext) -> Iterable[Finding]:
+    """GPUs the NVIDIA driver failed to start.
+
+    Checks: ``RmInitAdapter failed`` / ``rm_init_adapter failed`` lines in the kernel log, one
+    event per failed start, grouped into one finding per GPU (by bus id; "unknown" where the
+    driver named only a minor number).
+    Why: a GPU that did not come up is missing from nvidia-smi, or listed and unusable; it
+    logs no XID, so an XID check alone reads the host as clean.
+    Evidence: the count, first and last timestamp, the bus id and the raw lines.
+    Remediation: drain, find the cause in the preceding lines, reset or power-cycle, RMA when
+    it repeats.
+    """
+    failed = (e for e in snap.xid_events if e.kind == "init_failed")
+    for (where, _code), events in _group(snap, failed).items():
+        if where[0] == "gpu":
+            place = f"GPU {where[1]}"
+        elif events[0].pci_bus_id:
+            place = _unlisted_place(snap, events[0].pci_bus_id)
+        else:
+            place = "A GPU (the driver named no bus id)"
+        evidence = Evidence(
+            fact="xid_events",
+            actual={
+                "kind": "init_failed",
+                "count": len(events),
+                "first_seen": events[0].timestamp,
+                "last_seen": events[-1].timestamp,
+                "pci_bus_id": events[0].pci_bus_id,
+            },
+            expected="no failed GPU start",
+            excerpt=_excerpt(events),
+        )
+        yield rule.finding(
+            snap,
+            f"{place} did not come up: the driver failed to start it ×{len(events)}"
+            f"{_when(events)}.",
+            evidence,
+            gpu=where[1] if where[0] == "gpu" else None,
         )
 
 

@@ -122,8 +122,16 @@ def _event_key(event: XidEvent) -> tuple[str, int | None, str | None, str | None
     return (event.kind, event.code, event.pci_bus_id, event.timestamp, event.raw.strip())
 
 
+_KIND_WORDS = {
+    "sxid": "SXid",
+    "xid": "XID",
+    "fallen_off_bus": "GPU fell off the bus",
+    "init_failed": "GPU did not come up",
+}
+
+
 def _event_text(event: XidEvent) -> str:
-    what = "SXid" if event.kind == "sxid" else "XID" if event.kind == "xid" else event.kind
+    what = _KIND_WORDS.get(event.kind, event.kind)
     code = f" {event.code}" if event.code is not None else ""
     where = f" on GPU {event.gpu_index}" if event.gpu_index is not None else ""
     bus = f" ({event.pci_bus_id})" if event.pci_bus_id else ""
