@@ -19,7 +19,9 @@ $(STAMP): pyproject.toml
 # The SSH integration test starts a real sshd on 127.0.0.1; the browser tests drive Debian's
 # chromium (Playwright's own browser downloads are never used); tests/debroot builds Debian roots
 # with debootstrap and indexes its dummy packages with dpkg-scanpackages (dpkg-dev); the Slurm
-# drain hook is tested against a real slurmctld, slurmd and munged (slurm-wlm, munge).
+# drain hook and the Slurm cross-checks are tested against a real slurmctld, slurmd and munged
+# (slurm-wlm, munge); the alert rules `gpuaudit alerts` prints are checked by Debian's promtool
+# (prometheus); the Kubernetes view is read with a real kubectl (kubernetes-client).
 system-deps:
 	@command -v sshd >/dev/null 2>&1 || [ -x /usr/sbin/sshd ] || { \
 		echo "installing openssh-server"; $(APT) update -qq && \
@@ -34,9 +36,16 @@ system-deps:
 	@{ [ -x /usr/sbin/slurmctld ] && [ -x /usr/sbin/munged ]; } || { \
 		echo "installing slurm-wlm munge"; $(APT) update -qq && \
 		DEBIAN_FRONTEND=noninteractive $(APT) install -y -qq slurm-wlm munge; }
+	@[ -x /usr/bin/promtool ] || { \
+		echo "installing prometheus (promtool)"; $(APT) update -qq && \
+		DEBIAN_FRONTEND=noninteractive $(APT) install -y -qq --no-install-recommends prometheus; }
+	@command -v kubectl >/dev/null 2>&1 || { \
+		echo "installing kubernetes-client (kubectl)"; $(APT) update -qq && \
+		DEBIAN_FRONTEND=noninteractive $(APT) install -y -qq kubernetes-client; }
 
 demo: $(STAMP)
-	$(BIN)/gpuaudit audit inventory/demo.py --policy policies/demo.yaml
+	$(BIN)/gpuaudit audit inventory/demo.py --policy policies/demo.yaml \
+		--kube-nodes src/gpuaudit/sim/data/kubernetes-nodes.json
 
 test: $(STAMP) system-deps lint
 	$(BIN)/pytest -q

@@ -13,7 +13,7 @@ from gpuaudit.inspect import PARSERS, detect_kind, inspect_file, looks_like
 
 FIXTURES = Path(__file__).parent / "fixtures"
 REPO = Path(__file__).parents[1]
-CAPTURES = sorted(p for p in FIXTURES.glob("*/*") if p.is_file())
+CAPTURES = sorted(p for p in [*FIXTURES.glob("*/*"), *FIXTURES.glob("slurm/*/*")] if p.is_file())
 
 # Folder -> the kind of every file in it; mixed folders map a file-name mark to its kind.
 KIND_BY_FOLDER: dict[str, str | dict[str, str]] = {
@@ -33,6 +33,15 @@ KIND_BY_FOLDER: dict[str, str | dict[str, str]] = {
     },
     "amd-smi": "amd-smi-json",
     "nvlink": "nvlink-status",
+    "dcgm-diag": "dcgm-diag",
+    "monitoring": {".csv": "dcgm-exporter-counters", ".yml": "prometheus-rules"},
+    "kubernetes": "kubernetes-node-labels",
+    # Slurm's outputs, one folder each.
+    "gres-conf": "slurm-gres-conf",
+    "scontrol-show-node": "slurm-node",
+    "slurm-conf": "slurm-conf",
+    "slurmd-C": "slurmd-hardware",
+    "slurmd-G": "slurmd-gres",
     # Other vendors' tools: each file name opens with <vendor>-<tool>.
     "lookalike": {
         "iluvatar-ixsmi": "lookalike:iluvatar-ixsmi",
@@ -89,7 +98,17 @@ def test_every_kind_is_exercised_or_named() -> None:
         "gpuaudit-bundle",
         "gpuaudit-snapshot",
         "lookalike:biren-brsmi",  # no brsmi capture is at hand
+        "kubernetes-nodes",  # the captures are label sets; a node list is tested below
     }
+
+
+def test_a_kubernetes_node_list_is_read_node_by_node() -> None:
+    # The demo fleet's node list (derived from the demo hosts: src/gpuaudit/sim/data/README.md).
+    path = REPO / "src" / "gpuaudit" / "sim" / "data" / "kubernetes-nodes.json"
+    result = inspect_file(path)
+    assert result["kind"] == "kubernetes-nodes" and result.get("error") is None
+    names = [node["name"] for node in result["parsed"]["nodes"]]
+    assert len(names) == len(json.loads(path.read_text())["items"])
 
 
 def test_compute_instance_listing() -> None:

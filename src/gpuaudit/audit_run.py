@@ -167,10 +167,15 @@ def cmd_audit(args: argparse.Namespace) -> int:
     policy = args.policy or os.environ.get("GPUAUDIT_POLICY")
     if policy and load_for_cli(policy) is None:
         return 2  # checked before any host is contacted; the deploy loads it again
+    kube_nodes = _kube_nodes_text(args)
+    if kube_nodes is False:
+        return 2
     try:
         run = new_run_dir(args.reports_dir, args.run_id)
     except OSError as error:
         print(f"gpuaudit: cannot make a run directory: {os_error_text(error)}", file=sys.stderr)
+        return 2
+    if not _store_kube_view(args, run, kube_nodes):
         return 2
     env = dict(os.environ, GPUAUDIT_RUN_DIR=str(run.path.resolve()))
     if policy:
@@ -189,6 +194,47 @@ def cmd_audit(args: argparse.Namespace) -> int:
         if end is not None:
             audit.close(end)
     return _audit_result(run, end, args.fail_on)
+
+
+def _kube_nodes_text(args: argparse.Namespace) -> str | bool | None:
+    """The text of ``--kube-nodes FILE`` (None without the option; False, said, when the file
+    cannot be read or holds no node list: refused before any host is contacted)."""
+    from gpuaudit.parsers.errors import ParseError
+
+    path = getattr(args, "kube_nodes", None)
+    if not path:
+        return None
+    if getattr(args, "kubeconfig", None) or getattr(args, "kube_context", None):
+        print("gpuaudit: give --kube-nodes or --kubeconfig / --kube-context", file=sys.stderr)
+        return False
+    try:
+        from gpuaudit.kubeview import read_file
+
+        return read_file(path)
+    except OSError as error:
+        print(f"gpuaudit: --kube-nodes: {os_error_text(error)}", file=sys.stderr)
+    except ParseError as error:
+        print(f"gpuaudit: --kube-nodes {path}: {error}", file=sys.stderr)
+    return False
+
+
+def _store_kube_view(args: argparse.Namespace, run: RunDir, text: str | bool | None) -> bool:
+    """Keep the run's Kubernetes view (kubeview.py) before pyinfra starts: the file given, or
+    what ``kubectl get nodes -o json`` printed, or why kubectl failed (the audit goes on)."""
+    from gpuaudit.kubeview import read_kubectl, store
+
+    try:
+        if isinstance(text, str):
+            store(run.path, text=text, source=f"file {Path(args.kube_nodes).resolve()}")
+        elif getattr(args, "kubeconfig", None) or getattr(args, "kube_context", None):
+            output, command, error = read_kubectl(args.kubeconfig, args.kube_context)
+            if error is not None:
+                print(f"gpuaudit: Kubernetes view not read: {error}", file=sys.stderr)
+            store(run.path, text=output, source=command, error=error)
+    except OSError as error:
+        print(f"gpuaudit: cannot keep the Kubernetes view: {os_error_text(error)}", file=sys.stderr)
+        return False
+    return True
 
 
 def _audit_result(run: RunDir, end: RunEnd | None, fail_on: str | None) -> int:

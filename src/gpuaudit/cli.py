@@ -1,13 +1,16 @@
 """The ``gpuaudit`` command.
 
 gpuaudit audit INVENTORY [--fail-on SEVERITY] [--previous RUN_DIR] [PYINFRA OPTIONS]
+               [--kube-nodes FILE | --kubeconfig PATH --kube-context NAME]
                                                  run the audit (pyinfra), write a register
-gpuaudit report RUN_DIR [--previous RUN_DIR] [--fail-on SEVERITY]
+gpuaudit report RUN_DIR [--previous RUN_DIR] [--fail-on SEVERITY] [--kube-nodes FILE]
                                                  rebuild register + page from snapshots
 gpuaudit rules                                   list the rule catalogue
 gpuaudit explain CODE [RUN_DIR]                  print one rule in full (CODE: GA301 or a
                                                  risk id, GA301:79), and that risk in a run
 gpuaudit policy check FILE                       validate a site policy, show its settings
+gpuaudit alerts [--policy FILE] [--format rules|prometheusrule]
+                                                 Prometheus alert rules from the policy
 gpuaudit collect-script                          print the collector for hosts audited offline
 gpuaudit inspect FILE...                         recognise captured outputs, print their parse
 gpuaudit --version                               gpuaudit's and pyinfra's versions
@@ -36,9 +39,11 @@ from gpuaudit.audit_run import (
     printable,
 )
 from gpuaudit.collect import collector_script
+from gpuaudit.kubeview import copy_into
 from gpuaudit.pipeline import rebuild, write_report
 from gpuaudit.policy import Policy
 from gpuaudit.policy.check import add_policy_parser, load_for_cli
+from gpuaudit.report.alerts import add_alerts_parser
 from gpuaudit.report.register_types import Register
 from gpuaudit.report.run import RunDir, check_run_id, new_run_dir, os_error_text
 
@@ -54,6 +59,8 @@ def _report_from_bundles(args: argparse.Namespace, policy: Policy | None) -> Pat
     if policy is not None:
         policy.copy_to(run.path)
     record_provenance(run.path, bundle_scope(args.bundle), policy)
+    if args.kube_nodes:
+        copy_into(run.path, args.kube_nodes)
     return write_report(
         run, run.load_snapshots(), previous=args.previous, policy=policy, fail_on=args.fail_on
     )
@@ -74,6 +81,8 @@ def cmd_report(args: argparse.Namespace) -> int:
             # The run keeps the policy its register was judged by: a new one replaces the copy.
             if policy is not None and Path(args.run_dir, "hosts").is_dir():
                 policy.copy_to(args.run_dir)
+            if args.kube_nodes and Path(args.run_dir, "hosts").is_dir():
+                copy_into(args.run_dir, args.kube_nodes)  # kept: later rebuilds use it too
             index = rebuild(
                 Path(args.run_dir), previous=args.previous, policy=policy, fail_on=args.fail_on
             )
@@ -83,7 +92,7 @@ def cmd_report(args: argparse.Namespace) -> int:
     except OSError as error:  # a read-only or full reports directory
         print(f"gpuaudit: cannot write the report: {os_error_text(error)}", file=sys.stderr)
         return 2
-    except ValueError as error:
+    except ValueError as error:  # also a --kube-nodes file that holds no node list
         print(f"gpuaudit: {error}", file=sys.stderr)
         return 2
     run = RunDir(index.parent)
@@ -288,6 +297,12 @@ def build_parser() -> argparse.ArgumentParser:
                        help="run to compare with (default: the newest earlier run)")  # fmt: skip
     audit.add_argument("--policy", metavar="FILE", default=None,
                        help="site policy (YAML, see gpuaudit.policy); kept in the run")  # fmt: skip
+    audit.add_argument("--kube-nodes", metavar="FILE", default=None,
+                       help="a saved `kubectl get nodes -o json` to check against")  # fmt: skip
+    audit.add_argument("--kubeconfig", metavar="PATH", default=None,
+                       help="read the nodes with kubectl and this kubeconfig")  # fmt: skip
+    audit.add_argument("--kube-context", metavar="NAME", default=None,
+                       help="… and this context (alone: kubectl's default kubeconfig)")  # fmt: skip
     audit.set_defaults(func=cmd_audit)
 
     report = sub.add_parser(
@@ -307,6 +322,8 @@ def build_parser() -> argparse.ArgumentParser:
                         help="site policy (default: the run's policy.yaml, if any)")  # fmt: skip
     report.add_argument("--fail-on", choices=SEVERITIES, default=None,
                         help="exit 1 when risks at this severity or above are open")  # fmt: skip
+    report.add_argument("--kube-nodes", metavar="FILE", default=None,
+                        help="a saved `kubectl get nodes -o json` (kept in the run)")  # fmt: skip
     report.set_defaults(func=cmd_report)
 
     rules = sub.add_parser("rules", help="list the rule catalogue")
@@ -324,6 +341,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_policy_parser(sub)
     add_upgrade_parser(sub)
+    add_alerts_parser(sub)
 
     inspect = sub.add_parser(
         "inspect", help="recognise captured tool outputs and print what gpuaudit reads in them"

@@ -62,6 +62,8 @@ from gpuaudit.parsers.bundle import Bundle
 from gpuaudit.pipeline import write_report
 from gpuaudit.policy import Policy, PolicyError, load_policy
 from gpuaudit.policy.defaults import policy_keys
+from gpuaudit.policy.diag import DiagRequest, diag_request
+from gpuaudit.policy.settings import resolve_settings
 from gpuaudit.report.provenance import pyinfra_scope, record_provenance
 from gpuaudit.report.run import RunDir, RunEnd, new_run_dir, os_error_text
 
@@ -173,6 +175,16 @@ def collection_timeouts() -> tuple[int, int]:
     return timeout, max(1, min(_TOOL_TIMEOUT_MAX_S, timeout // _TOOL_TIMEOUT_SHARE))
 
 
+def host_diag_request(name: str, host_data: dict[str, Any]) -> DiagRequest:
+    """The dcgmi diag level the run's policy sets for a host (policy/diag.py); none when the
+    policy cannot be read here (the run refuses such a policy before any host is collected)."""
+    try:
+        policy = current_policy()
+    except PyinfraError:
+        return DiagRequest()
+    return diag_request(resolve_settings(policy, name, host_data).values)
+
+
 def collect_host(state: State, host: Host, run: RunDir) -> None:
     """Collect one host and write its snapshot. Never raises: a sick host is a finding, and a
     snapshot that cannot be written is one error line (the host stays in the run, so that the
@@ -180,6 +192,10 @@ def collect_host(state: State, host: Host, run: RunDir) -> None:
     host_data = host_data_for_snapshot(host)
     started = _now()
     timeout, tool_timeout = collection_timeouts()
+    diag = host_diag_request(host.name, host_data)
+    # The host's time limit grows by the diagnostic's own bound: a level-3 run is most of an
+    # hour, which GPUAUDIT_TIMEOUT (sized for passive reads) does not cover.
+    timeout += diag.timeout_s
     clock = time.monotonic()
     try:
         # _ignore_errors: pyinfra fails a host whose fact command failed or timed out, and a
@@ -189,6 +205,8 @@ def collect_host(state: State, host: Host, run: RunDir) -> None:
             GpuAuditSections,
             nonce=new_nonce(),
             command_timeout=tool_timeout,
+            dcgm_diag_level=diag.level,
+            dcgm_diag_timeout=diag.timeout_s or None,
             _timeout=timeout,
             _ignore_errors=True,
         )

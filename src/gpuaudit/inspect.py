@@ -28,8 +28,10 @@ from gpuaudit.model.jsonable import to_jsonable as model_to_jsonable
 from gpuaudit.model.snapshot import HostSnapshot
 from gpuaudit.parsers.amd_smi import parse_amd_smi_json
 from gpuaudit.parsers.bundle import parse_bundle_text
+from gpuaudit.parsers.dcgm_diag import parse_dcgm_diag_output
 from gpuaudit.parsers.errors import ParseError
 from gpuaudit.parsers.kernel_log import parse_kernel_log
+from gpuaudit.parsers.kube import parse_nodes
 from gpuaudit.parsers.limits import INPUT_BYTES, read_start
 from gpuaudit.parsers.lookalike import SPECS as LOOKALIKE_SPECS
 from gpuaudit.parsers.lookalike import identify
@@ -41,10 +43,12 @@ from gpuaudit.parsers.mig import (
     parse_mig_placements,
     parse_mig_profiles,
 )
+from gpuaudit.parsers.monitoring import parse_counters_csv
 from gpuaudit.parsers.nvidia_table import parse_nvidia_smi_table
 from gpuaudit.parsers.nvidia_text import parse_nvidia_smi_text
 from gpuaudit.parsers.nvidia_xml import parse_nvidia_smi_xml
 from gpuaudit.parsers.nvlink import parse_nvlink
+from gpuaudit.parsers.prometheus_rules import parse_prometheus_rules
 from gpuaudit.parsers.query_csv import (
     parse_query_gpu_csv,
     parse_query_help,
@@ -54,6 +58,13 @@ from gpuaudit.parsers.rocm_smi import (
     parse_rocm_smi_concise,
     parse_rocm_smi_json,
     parse_rocm_smi_showallinfo,
+)
+from gpuaudit.parsers.slurm import (
+    parse_gres_conf,
+    parse_scontrol_nodes,
+    parse_slurm_conf_lines,
+    parse_slurmd_gres,
+    parse_slurmd_hardware,
 )
 from gpuaudit.parsers.topo import parse_p2p_matrix, parse_topo_matrix
 
@@ -76,6 +87,15 @@ _CSV_FIELD = re.compile(r"^[a-z][A-Za-z0-9_.]*(?:\s*\[[^\]]*\])?$")
 _CSV_KNOWN = frozenset({"name", "gpu_name", "uuid", "gpu_uuid", "pci.bus_id", "gpu_bus_id"})
 # A header whose names run together (GPU0GPU1…, GPU0mlx5_0…) is a topology header too.
 _TOPO_HEADER = re.compile(r"^\s*GPU0(?:\s|$|GPU1|NIC0|mlx)")
+_DIAG_TABLE = re.compile(r"^\|\s*Diagnostic\s*\|\s*Result\s*\|", re.MULTILINE)
+_COUNTERS = re.compile(r"^#?\s*DCGM_(?:FI|EXP)_[A-Z0-9_]+\s*,\s*\w+\s*,", re.MULTILINE)
+_RULES_YAML = re.compile(r"^\ufeff?\s*(?:groups|spec)\s*:", re.MULTILINE)
+_RULE_ITEM = re.compile(r"^\s*-?\s*(?:alert|record)\s*:", re.MULTILINE)
+_SLURMD_GRES = re.compile(r"^\S*\s*Gres Name=\S+ ", re.MULTILINE)
+_SLURMD_C = re.compile(r"^NodeName=\S+ CPUs=\d+ .*\bRealMemory=", re.MULTILINE)
+_SCONTROL_NODE = re.compile(r"^NodeName=\S+ .*\bState=|^\s+State=\S+", re.MULTILINE)
+_GRES_CONF = re.compile(r"^\s*(?:NodeName=\S+\s+)?(?:Name=gpu\b|AutoDetect=)", re.MULTILINE)
+_SLURM_CONF = re.compile(r"^(?:GresTypes=|NodeName=\S+ .*\b[Gg]res=)", re.MULTILINE)
 _ROCM_GPU_LINE = re.compile(r"^GPU\[\d+\]\s*:", re.MULTILINE)
 _NO_HANDLE = re.compile(
     r"(?:\s*Unable to (?:determine|detect) the device handle[^\n]*(?:\n|$))+", re.IGNORECASE
@@ -115,6 +135,19 @@ def _lookalike(text: str) -> dict[str, Any]:
     return found.to_dict()
 
 
+def _gfd_labels(text: str) -> Any:
+    """A node's labels alone (``kubectl get node -o json | jq .metadata.labels``): read as the
+    labels of one unnamed node, so their driver, CUDA, product and MIG strategy show."""
+    try:
+        labels = json.loads(text)
+    except ValueError as exc:
+        raise ParseError("node labels", str(exc), text) from exc
+    if not isinstance(labels, dict):
+        raise ParseError("node labels", "not a JSON object of labels", text)
+    node = {"kind": "Node", "metadata": {"name": "(labels only)", "labels": labels}}
+    return parse_nodes(json.dumps(node), source="node labels")
+
+
 def _snapshot(text: str) -> dict[str, Any]:
     try:
         return HostSnapshot.from_json(text).to_dict()
@@ -147,6 +180,16 @@ PARSERS: dict[str, Callable[[str], Any]] = {
     "rocm-smi-json": parse_rocm_smi_json,
     "rocm-smi-concise": parse_rocm_smi_concise,
     "rocm-smi-showallinfo": parse_rocm_smi_showallinfo,
+    "dcgm-diag": parse_dcgm_diag_output,
+    "dcgm-exporter-counters": parse_counters_csv,
+    "prometheus-rules": parse_prometheus_rules,
+    "kubernetes-nodes": parse_nodes,
+    "kubernetes-node-labels": _gfd_labels,
+    "slurm-node": parse_scontrol_nodes,
+    "slurmd-hardware": parse_slurmd_hardware,
+    "slurmd-gres": parse_slurmd_gres,
+    "slurm-gres-conf": parse_gres_conf,
+    "slurm-conf": parse_slurm_conf_lines,
     "amd-smi-json": parse_amd_smi_json,
 }
 # Other vendors' tools, read as their own: never as one of the NVIDIA or AMD kinds above.
@@ -169,7 +212,7 @@ def detect_kind(text: str) -> str:
     if lookalike is not None:
         return lookalike.kind
     if stripped.startswith("{"):
-        return json_kind
+        return json_kind if json_kind != UNKNOWN else _other_json_kind(stripped)
     # amd-smi prints a list; a kernel log line also opens with "[" and goes on below.
     if stripped.startswith("[") and json_kind != UNKNOWN:
         return "amd-smi-json"
@@ -177,6 +220,9 @@ def detect_kind(text: str) -> str:
         return "nvidia-smi-xml"
     if _HELP.search(text):
         return "query-gpu-help"
+    other = _other_text_kind(text)
+    if other != UNKNOWN:
+        return other
     if "ROCm System Management Interface" in text:
         if "Concise Info" in text or not _ROCM_GPU_LINE.search(text):
             return "rocm-smi-concise"
@@ -219,6 +265,46 @@ def _json_kind(text: str) -> str:
         return "gpuaudit-snapshot"
     if any(re.fullmatch(r"card\d+", str(key)) for key in data):
         return "rocm-smi-json"
+    return UNKNOWN
+
+
+def _other_json_kind(text: str) -> str:
+    """JSON of the scheduler's or DCGM's: dcgmi diag, a Kubernetes node list, node labels."""
+    try:
+        data, _ = json.JSONDecoder().raw_decode(text)
+    except (ValueError, RecursionError):
+        return UNKNOWN
+    if not isinstance(data, dict):
+        return UNKNOWN
+    if "DCGM GPU Diagnostic" in data or "DCGM Diagnostic" in data:
+        return "dcgm-diag"
+    if data.get("kind") in ("List", "NodeList", "Node") and (
+        "items" in data or data.get("kind") == "Node"
+    ):
+        return "kubernetes-nodes"
+    if data and all(isinstance(k, str) and "/" in k for k in data):
+        return "kubernetes-node-labels"
+    return UNKNOWN
+
+
+def _other_text_kind(text: str) -> str:
+    """Text of the scheduler's, the monitoring's or DCGM's, by the marks each always prints."""
+    if _DIAG_TABLE.search(text):
+        return "dcgm-diag"
+    if _COUNTERS.search(text):
+        return "dcgm-exporter-counters"
+    if _RULES_YAML.search(text) and _RULE_ITEM.search(text):
+        return "prometheus-rules"
+    if _SLURMD_GRES.search(text):
+        return "slurmd-gres"
+    if _SLURMD_C.search(text):
+        return "slurmd-hardware"
+    if _SCONTROL_NODE.search(text):
+        return "slurm-node"
+    if _GRES_CONF.search(text):
+        return "slurm-gres-conf"
+    if _SLURM_CONF.search(text):
+        return "slurm-conf"
     return UNKNOWN
 
 

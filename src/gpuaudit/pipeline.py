@@ -22,6 +22,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from gpuaudit.kubeview import load_cluster_view
+from gpuaudit.model.cluster import ClusterView
 from gpuaudit.model.snapshot import HostSnapshot
 from gpuaudit.report.provenance import register_provenance
 from gpuaudit.report.register import build_register, utc_now_iso
@@ -37,12 +39,15 @@ if TYPE_CHECKING:
 
 
 def evaluate(
-    snapshots: Sequence[HostSnapshot], policy: Policy | Mapping[str, Any] | None = None
+    snapshots: Sequence[HostSnapshot],
+    policy: Policy | Mapping[str, Any] | None = None,
+    cluster: ClusterView | None = None,
 ) -> Evaluation:
-    """The rules over the fleet: findings and every rule's outcome on every host."""
+    """The rules over the fleet: findings and every rule's outcome on every host; ``cluster``
+    is the Kubernetes view the scheduler rules compare the hosts with (None: none given)."""
     from gpuaudit.rules import assess  # type: ignore[attr-defined,unused-ignore]
 
-    result: Evaluation = assess(snapshots, policy=policy)
+    result: Evaluation = assess(snapshots, policy=policy, cluster=cluster)
     return result
 
 
@@ -68,11 +73,13 @@ def assemble_register(run: RunDir, request: ReportRequest) -> Register:
     supplies waivers), and the register records every rule's outcome on every host; findings
     given by the caller come without outcomes. Trends compare with the request's previous run,
     by default with the newest earlier comparable run next to this one (trends.find_previous).
-    The register's provenance is the one the run recorded (provenance.json).
+    The register's provenance is the one the run recorded (provenance.json). The Kubernetes
+    view the run keeps (kubeview.py: cluster/kubernetes-nodes.json) is read here, so the
+    audit's register and a rebuilt one judge the hosts against the same view.
     """
     snapshots, policy = request.snapshots, request.policy
     if request.findings is None:
-        evaluation = evaluate(snapshots, policy)
+        evaluation = evaluate(snapshots, policy, load_cluster_view(run.path))
     else:
         evaluation = Evaluation(findings=tuple(request.findings))
     provenance = register_provenance(run.path, policy)

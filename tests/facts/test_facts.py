@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import shlex
+import shutil
 import subprocess
 from pathlib import Path
 
@@ -21,7 +22,10 @@ EXPECTED_SECTIONS = {
     "meta", "tools", "os_release", "nvidia_smi_xml", "nvidia_topo", "mig_gi", "mig_ci",
     "driver_proc", "kernel_log", "packages", "package_holds", "sysctl", "services",
     "device_nodes", "lspci", "rocm_smi", "amd_smi", "nvml", "nvlink_status", "nvlink_errors",
+    "monitoring",
 }  # fmt: skip
+# Asked for only where Slurm is installed (this machine has it for the Slurm tests).
+SLURM_SECTIONS = {"slurm_node", "slurm_conf", "slurm_gres_conf", "slurmd_conf", "slurmd_gres"}
 
 
 @pytest.mark.parametrize("case", CASES, ids=lambda p: f"{p.parent.name}/{p.stem}")
@@ -68,7 +72,10 @@ def test_collector_runs_in_a_real_shell_without_gpu_tools(tmp_path: Path) -> Non
     fact = GpuAuditSections().process(result.stdout.splitlines())
     assert fact["complete"] is True
     assert fact["problems"] == []
-    assert set(fact["sections"]) == EXPECTED_SECTIONS
+    slurm = shutil.which("scontrol", path="/usr/bin:/bin") or shutil.which(
+        "slurmd", path="/usr/bin:/bin"
+    )
+    assert set(fact["sections"]) == EXPECTED_SECTIONS | (SLURM_SECTIONS if slurm else set())
     sections = fact["sections"]
     if "nvidia-smi=0" in sections["tools"]["stdout"]:
         assert sections["nvidia_smi_xml"]["rc"] == 127

@@ -20,11 +20,14 @@ EXPECTED = {
     "@sim/a100-hgx-04": {("GA201", 7), ("GA203", 7)},
     # The policy names all-1g.10gb for it; MIG is still off until remediation applies it.
     "@sim/h100-01": {("GA203", gpu) for gpu in range(8)},
-    "@sim/a100-hgx-05": {("GA301", None), ("GA102", None)},  # XID 79: GPU fell off the bus
-    "@sim/v100-02": {("GA101", None)},  # driver does not answer
+    # XID 79: GPU fell off the bus; Slurm still configures 8 GPUs, gres.conf lists 8 files.
+    "@sim/a100-hgx-05": {("GA301", None), ("GA102", None), ("GA911", None), ("GA916", None)},
+    # The driver does not answer, and slurmctld drained the node for its missing GPUs.
+    "@sim/v100-02": {("GA101", None), ("GA913", None)},
     "@sim/t4-02": {("GA401", 0), ("GA601", None)},  # persistence off, rmem_max low
     "@sim/t4-03": {("GA104", None)},  # nvidia-smi missing
-    "@sim/a10g-01": {("GA301", 0)},  # XID storm
+    # XID storm; its dcgm-exporter counters watch neither XID nor ECC.
+    "@sim/a10g-01": {("GA301", 0), ("GA922", None)},
     "@sim/a10g-02": {("GA001", None)},  # unreachable
     "@sim/p100-01": {("GA602", None), ("GA106", None)},  # 0666 nodes, packages not held
     "@sim/rtx3090-01": {("GA501", 1)},  # PCIe x8 of x16

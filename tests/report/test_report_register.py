@@ -38,7 +38,7 @@ def test_top_level_contract(fleet: list[HostSnapshot], fleet_findings: list[Find
         "checklists",
         "trends",
     }
-    assert reg["schema_version"] == REGISTER_SCHEMA_VERSION == "1.3"
+    assert reg["schema_version"] == REGISTER_SCHEMA_VERSION == "1.4"
     assert reg["generated_at"] == GENERATED_AT
     assert reg["run_id"] == "20261129T161000Z"
     json.dumps(reg)  # JSON-ready as it is
@@ -212,6 +212,7 @@ def test_outcomes_per_host_with_reasons_and_gpus() -> None:
         "pass": 1,
         "not_evaluated": 1,
         "disabled": 1,
+        "not_applicable": 0,
     }
     assert reg["rules"]["GA304"] == "Title of GA304"  # the finding's title
     assert reg["rules"]["GA105"] == "Kernel log unreadable: XID history unknown"

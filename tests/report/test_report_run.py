@@ -32,7 +32,9 @@ def fake_rules(monkeypatch: pytest.MonkeyPatch) -> list[tuple[list[HostSnapshot]
     """Stand in for gpuaudit.rules.assess: one finding per host, calls recorded."""
     calls: list[tuple[list[HostSnapshot], object]] = []
 
-    def assess(snapshots: list[HostSnapshot], policy: object = None) -> Evaluation:
+    def assess(
+        snapshots: list[HostSnapshot], policy: object = None, cluster: object = None
+    ) -> Evaluation:
         calls.append((list(snapshots), policy))
         found = [finding("GA900", Severity.INFO, s.host, gpu_index=None) for s in snapshots]
         return Evaluation(findings=tuple(found))

@@ -84,12 +84,15 @@ def test_a100_only_its_gpus_change_with_the_daemons_stopped_around(make_host: Ma
 
     ran, noops = apply_on(sim, HALF, "half", stop_services=True)
     assert [done.returncode for _, done in ran] == [0] * len(ran) and noops == []
-    assert ran[0][0] == "systemctl stop nvidia-dcgm.service nvidia-persistenced.service"
+    # dcgm-exporter (which needs nvidia-dcgm) holds the GPUs too.
+    assert ran[0][0] == (
+        "systemctl stop dcgm-exporter.service nvidia-dcgm.service nvidia-persistenced.service"
+    )
     assert layout(sim) == {0: {"3g.40gb": 2}, 1: {"3g.40gb": 2}}
     assert mig_modes(sim) == ["Enabled", "Enabled"] + ["Disabled"] * 6
     # Nothing held the GPUs any more: the driver's own reset applied the mode, none was issued.
     assert not any(event.endswith(" -r") for event in sim.state()["events"])
-    for unit in ("nvidia-dcgm", "nvidia-persistenced"):
+    for unit in ("dcgm-exporter", "nvidia-dcgm", "nvidia-persistenced"):
         assert run_on(sim, "systemctl", "is-active", unit).stdout == "active\n"
 
     again, noops = apply_on(sim, HALF, "half", stop_services=True)

@@ -114,6 +114,7 @@ def test_steps_upgrade_the_host_and_rollback_returns_it(tmp_path: Path) -> None:
     assert state["holds"] == sorted(p["name"] for p in state["packages"] if "-550" in p["name"])
     assert not any("-515" in p["name"] for p in state["packages"])  # the old branch went
     assert {unit: s["active"] for unit, s in state["services"].items()} == {
+        "dcgm-exporter": "active",
         "nvidia-dcgm": "active",
         "nvidia-persistenced": "active",
     }

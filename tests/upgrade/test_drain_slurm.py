@@ -8,13 +8,8 @@ and undrain returns it to IDLE — but never resumes a node a person drained for
 
 from __future__ import annotations
 
-import contextlib
-import os
-import shutil
-import socket
 import subprocess
-import tempfile
-import time
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -23,94 +18,19 @@ import pytest
 from gpuaudit.policy.upgrade import DrainSettings
 from gpuaudit.upgrade.drain import drain_commands
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from slurmcluster import running_slurm, wait_for
+
 NODE = "gpu-01"
 
 pytestmark = pytest.mark.slow
 SLURM = DrainSettings(kind="slurm", timeout_seconds=60)
 
 
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
-
-
-def _wait(predicate, what: str, seconds: float = 30) -> None:  # type: ignore[no-untyped-def]
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        time.sleep(0.2)
-    raise AssertionError(f"timed out waiting for {what}")
-
-
 @pytest.fixture(scope="module")
 def slurm() -> Iterator[dict[str, str]]:
-    missing = [t for t in ("munged", "slurmctld", "slurmd", "scontrol") if not shutil.which(t)]
-    assert not missing, f"install slurm-wlm and munge (make system-deps): missing {missing}"
-    assert os.geteuid() == 0, "the Slurm daemons of this test run as root"
-    # munged wants every directory above its socket open to all: not pytest's private tmp.
-    root = Path(tempfile.mkdtemp(prefix="gpuaudit-slurm-"))
-    root.chmod(0o755)
-    for name in ("state", "spool", "log", "run"):
-        (root / name).mkdir()
-    key = root / "munge.key"
-    key.write_bytes(os.urandom(1024))
-    key.chmod(0o400)
-    socket_path = root / "run" / "munge.socket"
-    conf = root / "slurm.conf"
-    conf.write_text(
-        f"""ClusterName=gpuaudit-test
-SlurmctldHost=localhost
-SlurmUser=root
-SlurmdUser=root
-SlurmctldPort={_free_port()}
-SlurmdPort={_free_port()}
-AuthType=auth/munge
-AuthInfo=socket={socket_path}
-StateSaveLocation={root}/state
-SlurmdSpoolDir={root}/spool
-SlurmctldPidFile={root}/run/slurmctld.pid
-SlurmdPidFile={root}/run/slurmd.pid
-SlurmctldLogFile={root}/log/slurmctld.log
-SlurmdLogFile={root}/log/slurmd.log
-ProctrackType=proctrack/linuxproc
-TaskPlugin=task/none
-SchedulerType=sched/backfill
-SelectType=select/cons_tres
-ReturnToService=2
-NodeName={NODE} NodeHostname=localhost NodeAddr=127.0.0.1 CPUs=1 State=UNKNOWN
-PartitionName=gpu Nodes={NODE} Default=YES MaxTime=INFINITE State=UP
-"""
-    )
-    env = {**os.environ, "SLURM_CONF": str(conf)}
-    daemons = [
-        [
-            "munged",
-            f"--key-file={key}",
-            f"--socket={socket_path}",
-            f"--pid-file={root}/run/munged.pid",
-            f"--log-file={root}/log/munged.log",
-            f"--seed-file={root}/run/munge.seed",
-        ],
-        ["slurmctld", "-f", str(conf)],
-        ["slurmd", "-f", str(conf), "-N", NODE],
-    ]
-    for command in daemons:
-        subprocess.run(command, env=env, check=True, capture_output=True, timeout=60)
-        if command[0] == "munged":
-            _wait(socket_path.exists, "munged")
-    try:
-        _wait(lambda: _state(env) == "IDLE", "the node to come up IDLE", 60)
-        yield env
-    finally:
-        for name in ("slurmd", "slurmctld", "munged"):
-            pid = root / "run" / f"{name}.pid"
-            if pid.exists():
-                with contextlib.suppress(ProcessLookupError, ValueError):
-                    os.kill(int(pid.read_text().strip()), 15)
-        time.sleep(0.5)
-        shutil.rmtree(root, ignore_errors=True)
+    with running_slurm(NODE) as cluster:
+        yield cluster.env
 
 
 def _node(env: dict[str, str]) -> dict[str, str]:
@@ -155,7 +75,7 @@ def test_drain_waits_for_the_running_job_and_undrain_gives_the_node_back(
         check=True,
     )
     job_id = job.stdout.strip().split(";")[0]
-    _wait(lambda: "RUNNING" in _job_state(slurm, job_id), "the job to run")
+    wait_for(lambda: "RUNNING" in _job_state(slurm, job_id), "the job to run")
 
     _run(drain_commands(SLURM, f"@sim/{NODE}", "550.127.05", undrain=False), slurm)
     node = _node(slurm)
@@ -165,7 +85,7 @@ def test_drain_waits_for_the_running_job_and_undrain_gives_the_node_back(
     assert "COMPLETED" in _job_state(slurm, job_id)
 
     _run(drain_commands(SLURM, f"@sim/{NODE}", "550.127.05", undrain=True), slurm)
-    _wait(lambda: _state(slurm) == "IDLE", "the node to be IDLE again")
+    wait_for(lambda: _state(slurm) == "IDLE", "the node to be IDLE again")
 
 
 def test_undrain_leaves_a_node_drained_for_another_reason(slurm: dict[str, str]) -> None:
@@ -174,7 +94,7 @@ def test_undrain_leaves_a_node_drained_for_another_reason(slurm: dict[str, str])
     node = _node(slurm)
     assert "DRAIN" in node["State"] and node["Reason"].startswith("bad DIMM"), node
     _run([f"scontrol update nodename={NODE} state=resume"], slurm)
-    _wait(lambda: _state(slurm) == "IDLE", "the node to be IDLE again")
+    wait_for(lambda: _state(slurm) == "IDLE", "the node to be IDLE again")
 
 
 def _job_state(env: dict[str, str], job_id: str) -> str:
@@ -219,4 +139,4 @@ def test_a_rollout_drains_the_node_in_slurm_and_gives_it_back(
     # slurmctld itself saw the node drained for the upgrade, then resumed.
     log = Path(slurm["SLURM_CONF"]).parent.joinpath("log/slurmctld.log").read_text()
     assert "gpuaudit: driver upgrade to 535.161.08" in log
-    _wait(lambda: _state(slurm) == "IDLE", "the node to be IDLE after the rollout")
+    wait_for(lambda: _state(slurm) == "IDLE", "the node to be IDLE after the rollout")

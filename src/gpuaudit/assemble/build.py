@@ -48,6 +48,8 @@ import dataclasses
 from collections.abc import Callable
 from typing import Any, TypeVar
 
+from gpuaudit.assemble.dcgm_diag import dcgm_diag_view
+from gpuaudit.assemble.slurm import slurm_view
 from gpuaudit.assemble.status import judge_status
 from gpuaudit.model.snapshot import (
     Gpu,
@@ -67,7 +69,9 @@ from gpuaudit.parsers.bundle import Bundle
 from gpuaudit.parsers.errors import ParseError
 from gpuaudit.parsers.kernel_log import parse_kernel_log, resolve_gpus
 from gpuaudit.parsers.lookalike import LookAlike, identify, identify_name
-from gpuaudit.parsers.mig import parse_mig_instances
+from gpuaudit.parsers.mig import parse_mig_instances, parse_mig_placements
+from gpuaudit.parsers.monitoring import parse_monitoring
+from gpuaudit.parsers.nvidia_text import parse_nvidia_smi_text
 from gpuaudit.parsers.nvidia_xml import NvidiaSmiLog, parse_nvidia_smi_xml
 from gpuaudit.parsers.nvlink import merge_nvlink, parse_nvlink
 from gpuaudit.parsers.nvml import NvmlProbe, fill_gaps, parse_nvml_probe
@@ -154,16 +158,21 @@ def _build(
         "amd-smi", _present(sections.get("amd_smi"))
     )
     log = run("nvidia_smi_xml", parse_nvidia_smi_xml) if has_nvidia else None
+    # The XML refused or without GPUs: the text report the collector then asked for.
+    text_log = _text_report(sections, errors) if has_nvidia and not (log and log.gpus) else None
+    log = text_log or log
     amd_gpus = _amd_cli_gpus(run, has_amd, has_amd_smi)
     has_amd = has_amd or has_amd_smi
     log, amd_gpus = _with_device_probe(log, tuple(amd_gpus), run("nvml", parse_nvml_probe))
     has_nvidia, has_amd = has_nvidia or bool(log and log.gpus), has_amd or bool(amd_gpus)
     gpu_instances = run("mig_gi", parse_mig_instances) or ()
     compute_instances = run("mig_ci", parse_mig_instances) or ()
+    placements = run("mig_placements", parse_mig_placements) or ()
     topology = run("nvidia_topo", parse_topo_matrix)
     sysctls = run("sysctl", parse_sysctl) or {}
     services = run("services", parse_services) or ()
     device_nodes = run("device_nodes", parse_device_nodes) or ()
+    monitoring = run("monitoring", parse_monitoring)
     nvidia_gpus = _with_mig_profiles(log.gpus if log else (), gpu_instances)
     gpus = nvidia_gpus + tuple(amd_gpus)
 
@@ -178,7 +187,15 @@ def _build(
 
     # Every parser has run (and recorded its errors) before the status is judged.
     status, detail = judge_status(
-        bundle, sections, errors, gpus, log, expect_nvidia, has_amd, pci_devices
+        bundle,
+        sections,
+        errors,
+        gpus,
+        log,
+        expect_nvidia,
+        has_amd,
+        pci_devices,
+        text_report=text_log is not None,
     )
     if lookalikes and status is HostStatus.NO_GPU_TOOLING:
         detail = "the GPU tools are another vendor's: " + "; ".join(
@@ -201,6 +218,7 @@ def _build(
         topology=topology,
         mig_gpu_instances=tuple(gpu_instances),
         mig_compute_instances=tuple(compute_instances),
+        mig_placements=tuple(placements),
         packages=tuple(packages),
         sysctls=sysctls,
         services=tuple(services),
@@ -211,6 +229,9 @@ def _build(
         attached_gpus=log.attached_gpus if log else None,
         pci_devices=tuple(pci_devices),
         nvlink=_nvlink(sections, errors),
+        monitoring=monitoring,
+        slurm=slurm_view(sections, errors),
+        dcgm_diag=dcgm_diag_view(sections, errors),
     )
 
 
@@ -222,6 +243,17 @@ def _nvlink(sections: dict[str, Section], errors: dict[str, str]) -> tuple[GpuNv
     if status is None and counters is None:
         return None
     return merge_nvlink(status or (), counters or ())
+
+
+def _text_report(sections: dict[str, Section], errors: dict[str, str]) -> NvidiaSmiLog | None:
+    """nvidia-smi's text report (section ``nvidia_smi_q``: ``nvidia-smi -q``, collected when the
+    XML report was refused) when it lists GPUs; None otherwise. A text report that failed too
+    adds nothing: the XML section already says why nvidia-smi did not answer."""
+    section = sections.get("nvidia_smi_q")
+    if section is None or section.rc != 0:
+        return None
+    report = _run(sections, errors, "nvidia_smi_q", parse_nvidia_smi_text)
+    return report if report is not None and report.gpus else None
 
 
 # The GPU-tool sections, the tool that prints each, and whose GPUs it lists.

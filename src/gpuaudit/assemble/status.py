@@ -28,8 +28,12 @@ def judge_status(
     expect_nvidia: bool,
     has_amd: bool,
     pci_devices: Sequence[PciDevice],
+    *,
+    text_report: bool = False,
 ) -> tuple[HostStatus, str]:
-    """The status of a host that gave a bundle, judged after every section was parsed."""
+    """The status of a host that gave a bundle, judged after every section was parsed.
+    ``text_report``: the NVIDIA GPUs in ``log`` were read from nvidia-smi's text report
+    because the XML one was refused, which degrades the host (less is read from text)."""
     xml = sections.get("nvidia_smi_xml")
     if not bundle.complete and xml is None:
         problems = "; ".join(bundle.problems) or "no closing marker"
@@ -46,7 +50,13 @@ def judge_status(
             no_xml = log is None or not log.gpus
             if said_down or (xml.rc not in (0, None) and no_xml):
                 return HostStatus.DRIVER_NOT_RESPONDING, _driver_down_detail(xml)
-            if log is None:
+            if text_report:
+                refused = errors.get("nvidia_smi_xml") or f"exit status {xml.rc}: {said_by(xml)}"
+                reasons.append(
+                    f"nvidia-smi refused its XML report ({refused}); the GPUs were read from "
+                    "its text report (nvidia-smi -q)"
+                )
+            elif log is None:
                 reasons.append(f"nvidia-smi XML unreadable: {errors.get('nvidia_smi_xml', '')}")
             elif not log.gpus:
                 reasons.append("nvidia-smi reports no GPUs")

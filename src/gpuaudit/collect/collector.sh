@@ -1,8 +1,9 @@
 # gpuaudit collector: gathers every audit section of one host in a single run.
 # POSIX sh; needs nothing beyond coreutils. Each section is framed by markers that carry a
-# per-run nonce, its stdout and stderr are encoded (base64, or hex through od) so that binary or
-# non-UTF-8 output and marker-like text in logs cannot corrupt the framing, and it records its
-# own exit status: a missing tool or a driver that does not answer is data, not a failure.
+# per-run nonce, its stdout and stderr are encoded (gzip then base64, base64, or hex through od)
+# so that binary or non-UTF-8 output and marker-like text in logs cannot corrupt the framing,
+# and it records its own exit status: a missing tool or a driver that does not answer is data,
+# not a failure.
 # The script always exits 0.
 # GPUAUDIT_ROOT (default empty) prefixes the files it reads (/proc, /etc, /dev): used when
 # auditing a mounted image, and by the simulated hosts.
@@ -23,7 +24,12 @@ GA_FLOOR=@FLOOR_BYTES@
 GA_TMP=$(mktemp -d 2>/dev/null || { d="/tmp/gpuaudit.$$"; mkdir -p "$d" && echo "$d"; })
 trap 'rm -rf "$GA_TMP"' EXIT
 
-if command -v base64 >/dev/null 2>&1; then
+# Sections go gzipped where gzip is (a tenth of the bytes on the wire for nvidia-smi's XML);
+# GPUAUDIT_COMPRESS=0 sends them plain.
+if command -v base64 >/dev/null 2>&1 && command -v gzip >/dev/null 2>&1 \
+    && [ "${GPUAUDIT_COMPRESS:-1}" != 0 ]; then
+  ga_enc=gzb64; ga_encode() { gzip -c -n -6 | base64; }
+elif command -v base64 >/dev/null 2>&1; then
   ga_enc=b64; ga_encode() { base64; }
 else
   ga_enc=hex; ga_encode() { od -An -v -tx1 | tr -d ' \n'; echo; }
@@ -60,6 +66,7 @@ ga_allowed() {
 # ga_put STREAM FILE: encode what the bounds let FILE send; a cut is added to ga_cut.
 ga_put() {
   ga_size=$(( $(wc -c <"$2") + $(cat "$2.rest" 2>/dev/null || echo 0) ))
+  [ "$ga_size" = 0 ] && return  # nothing to send: no encoder to start
   ga_lim=$(ga_allowed)
   if [ "$ga_size" -gt "$ga_lim" ]; then
     head -c "$ga_lim" <"$2" | ga_encode
@@ -207,6 +214,158 @@ s_amd_smi() {
   ga_run amd-smi metric --json || return
   return "$ga_amd_rc"
 }
+# Monitoring agents (parsers/monitoring.py): the dcgm-exporter and node_exporter units, their
+# processes under /proc (argv; dcgm-exporter's DCGM_EXPORTER_COLLECTORS where /proc/PID/environ
+# is readable), the counters file each dcgm-exporter reads (its -f / --collectors argument,
+# else that variable, else the default; through /proc/PID/root first, so a container's own
+# file is read) and node_exporter's textfile directory. One TAB-separated record a line.
+ga_counters() {
+  f="$R/proc/$1/root$3"; from=process-root
+  if [ "$1" = - ] || [ ! -r "$f" ]; then f="$R$3"; from=host; fi
+  if [ -f "$f" ] && [ -r "$f" ]; then
+    printf 'counters\t%s\t%s\t%s\t%s\t%s\n' "$1" "$2" "$3" "$(wc -c <"$f" | tr -d ' ')" "$from"
+    head -c 65536 "$f" | while IFS= read -r line || [ -n "$line" ]; do
+      printf 'csv\t%s\n' "$line"
+    done
+  elif [ -e "$f" ]; then printf 'counters\t%s\t%s\t%s\tunreadable\t%s\n' "$1" "$2" "$3" "$from"
+  else printf 'counters\t%s\t%s\t%s\tmissing\t%s\n' "$1" "$2" "$3" "$from"; fi
+}
+s_monitoring() {
+  if ga_has systemctl; then
+    for u in nvidia-dcgm-exporter dcgm-exporter node_exporter prometheus-node-exporter; do
+      printf 'unit\t%s\t%s\n' "$u" "$(systemctl is-active "$u" 2>/dev/null)"
+    done
+  fi
+  set -- "$R"/proc/[0-9]*
+  if [ -e "$1" ]; then printf 'scan\tproc\t%s\n' "$#"; else printf 'scan\tproc\t0\n'; fi
+  found=$(grep -l -x -E 'dcgm-exporter|node_exporter|prometheus-node' \
+    "$R"/proc/[0-9]*/comm 2>/dev/null | head -n 16)
+  dcgm_seen=0
+  for c in $found; do
+    d=${c%/comm}; pid=${d##*/}; name=$(head -n 1 "$c" 2>/dev/null)
+    printf 'process\t%s\t%s\n' "$pid" "$name"
+    args=$(tr '\000' '\n' <"$d/cmdline" 2>/dev/null | head -n 64 | cut -c1-1024)
+    path=""; src=""; want=""; tdir=""; twant=""
+    set -f; ga_ifs=$IFS; IFS='
+'
+    for a in $args; do
+      printf 'arg\t%s\t%s\n' "$pid" "$a"
+      if [ -n "$want" ]; then path=$a; src=$want; want=""; continue; fi
+      if [ -n "$twant" ]; then tdir=$a; twant=""; continue; fi
+      case $a in
+        -f|--f|-collectors|--collectors) want=$a ;;
+        -f=*|--f=*|-collectors=*|--collectors=*) path=${a#*=}; src=${a%%=*} ;;
+        -collector.textfile.directory|--collector.textfile.directory) twant=1 ;;
+        -collector.textfile.directory=*|--collector.textfile.directory=*) tdir=${a#*=} ;;
+      esac
+    done
+    IFS=$ga_ifs; set +f
+    if [ "$name" = dcgm-exporter ]; then
+      dcgm_seen=1
+      if [ -r "$d/environ" ]; then
+        v=$(tr '\000' '\n' <"$d/environ" 2>/dev/null | grep '^DCGM_EXPORTER_COLLECTORS=' \
+          | head -n 1 | cut -c1-1024)
+        printf 'env\t%s\t%s\n' "$pid" "$v"
+        [ -z "$path" ] && [ -n "$v" ] && { path=${v#*=}; src=DCGM_EXPORTER_COLLECTORS; }
+      else
+        printf 'environ\t%s\tunreadable\n' "$pid"
+      fi
+      [ -z "$path" ] && { path=/etc/dcgm-exporter/default-counters.csv; src=default; }
+      ga_counters "$pid" "$src" "$path"
+    elif [ -n "$tdir" ]; then
+      st=missing; [ -d "$R$tdir" ] && st=exists
+      w=readonly; [ -w "$R$tdir" ] && w=writable
+      printf 'textfile\t%s\t%s\t%s\t%s\n' "$pid" "$tdir" "$st" "$w"
+    fi
+  done
+  # A unit that runs with no process in sight (another PID namespace): its default file.
+  if [ "$dcgm_seen" = 0 ] && ga_has systemctl && { systemctl is-active -q dcgm-exporter \
+      || systemctl is-active -q nvidia-dcgm-exporter; } 2>/dev/null; then
+    ga_counters - default /etc/dcgm-exporter/default-counters.csv
+  fi
+  return 0
+}
+# Slurm: run only where scontrol or slurmd is installed (a host without them is no Slurm node).
+# The node is the short host name, as slurmd registers it, unless GPUAUDIT_SLURM_NODE names it.
+ga_slurm_node() {
+  if [ -n "${GPUAUDIT_SLURM_NODE:-}" ]; then echo "$GPUAUDIT_SLURM_NODE"
+  else hostname -s 2>/dev/null || hostname; fi
+}
+# slurm.conf where Slurm looks for it: SLURM_CONF (a path as scontrol reads it), else the
+# packaged paths under GPUAUDIT_ROOT; gres.conf beside it, or in slurmd's cache of a configless
+# cluster. Printed paths are the host's (without GPUAUDIT_ROOT).
+ga_slurm_conf() {
+  if [ -n "${SLURM_CONF:-}" ]; then echo "$SLURM_CONF"; return; fi
+  for f in /etc/slurm/slurm.conf /etc/slurm-llnl/slurm.conf; do
+    [ -e "$R$f" ] && { echo "$R$f"; return; }
+  done
+  echo "$R/etc/slurm/slurm.conf"
+}
+ga_slurm_read() {
+  if [ -r "$1" ]; then echo "read from ${1#"$R"}" >&2; cat "$1"
+  else echo "${1#"$R"}: No such file or directory" >&2; return 1; fi
+}
+s_slurm_node() {
+  ga_has scontrol || ga_missing scontrol || return
+  ga_sn=$(ga_slurm_node); echo "node=$ga_sn" >&2
+  ga_run scontrol show node -o "$ga_sn"
+}
+s_slurm_conf() {
+  ga_slurm_read "$(ga_slurm_conf)" >"$GA_TMP/slurmconf" || return
+  grep -iE '^[[:space:]]*(GresTypes|AccountingStorageTRES|SelectType|SelectTypeParameters|NodeName)[[:space:]]*=' "$GA_TMP/slurmconf"
+  return 0
+}
+s_slurm_gres_conf() {
+  ga_f=$(ga_slurm_conf)
+  for g in "${ga_f%/*}/gres.conf" "$R/var/spool/slurmd/conf-cache/gres.conf" "$R/run/slurm/conf/gres.conf"; do
+    [ -e "$g" ] && { ga_slurm_read "$g"; return; }
+  done
+  ga_slurm_read "${ga_f%/*}/gres.conf"
+}
+s_slurmd() { ga_has slurmd || ga_missing slurmd || return; ga_run slurmd "$@" 2>&1; }
+# DCGM's active diagnostic, dcgmi diag -r LEVEL, where the policy asks for it (the deploy sets
+# GPUAUDIT_DCGM_DIAG; unset or 0: the section is not collected) and never on a busy GPU: the
+# diagnostic loads every GPU, so it runs only when nvidia-smi lists no compute process, and
+# says why when it does not (parsers/dcgm_diag.py reads the key=value lines, then "output:").
+# Its bound is GPUAUDIT_DCGM_DIAG_TIMEOUT, by default the level's (policy/diag.py), not T. A
+# diagnostic stopped at its bound says nothing of the driver: its "hung" mark is removed so
+# later sections still run. JSON (-j) first; the table where dcgmi refuses -j.
+ga_diag_level() { case ${GPUAUDIT_DCGM_DIAG:-0} in 1|2|3) echo "$GPUAUDIT_DCGM_DIAG" ;; *) echo 0 ;; esac; }
+ga_diag_bound() {
+  case ${GPUAUDIT_DCGM_DIAG_TIMEOUT:-} in
+    ''|*[!0-9]*) case $1 in 1) echo 120 ;; 2) echo 600 ;; *) echo 2700 ;; esac ;;
+    *) echo "$GPUAUDIT_DCGM_DIAG_TIMEOUT" ;;
+  esac
+}
+ga_diag_skip() { echo "state=$1"; echo "reason=$2" | head -n 1; echo "output:"; return 0; }
+s_dcgm_diag() {
+  ga_l=$(ga_diag_level)
+  ga_has dcgmi || ga_missing dcgmi || return
+  echo "level=$ga_l"
+  ga_has nvidia-smi || { ga_diag_skip not_checked "nvidia-smi is missing: no way to see that no compute process runs"; return; }
+  ga_apps=$(ga_run nvidia-smi --query-compute-apps=pid --format=csv,noheader 2>&1); ga_arc=$?
+  [ "$ga_arc" = 0 ] || { ga_diag_skip not_checked "nvidia-smi --query-compute-apps exited $ga_arc: $ga_apps"; return; }
+  ga_busy=$(echo "$ga_apps" | tr -d ' \r' | grep -v '^$')
+  if echo "$ga_busy" | grep -q '[^0-9]'; then
+    ga_diag_skip not_checked "nvidia-smi --query-compute-apps printed no process list: $ga_apps"; return
+  elif [ -n "$ga_busy" ]; then
+    echo "busy_pids=$(echo "$ga_busy" | tr '\n' ' ' | sed 's/ $//')"
+    ga_diag_skip busy "compute processes run on the GPUs: the diagnostic would load them"; return
+  fi
+  echo "state=ran"
+  T=$(ga_diag_bound "$ga_l")
+  ga_run dcgmi diag -r "$ga_l" -j >"$GA_TMP/diag"; ga_drc=$?
+  if [ "$ga_drc" != 0 ] && [ "$ga_drc" != 124 ] && ! grep -q '{' "$GA_TMP/diag"; then
+    echo "format=text"; echo "json_rc=$ga_drc"
+    ga_run dcgmi diag -r "$ga_l" >"$GA_TMP/diag"; ga_drc=$?
+  else
+    echo "format=json"
+  fi
+  [ "$ga_drc" = 124 ] && [ "$(cat "$GA_TMP/hung" 2>/dev/null)" = dcgmi ] && rm -f "$GA_TMP/hung"
+  echo "output:"
+  cat "$GA_TMP/diag"
+  return "$ga_drc"
+}
 # The GPUs through NVML (pynvml) or amdsmi where the host's python3 has them: one process reads
 # every device, no nvidia-smi per query. The probe (collect/nvml_probe.py) is pasted below when
 # the script is built; it exits 127 when neither library is installed. GPUAUDIT_NVML=0 skips it.
@@ -226,12 +385,23 @@ ga_section os_release s_os_release
 # before its XID history is in.
 ga_section kernel_log s_kernel_log
 ga_section nvidia_smi_xml s_nvidia -q -x
+# What the XML says of MIG, before later sections reuse the file: -lgipp only on MIG hosts.
+ga_mig=0
+grep -q '<current_mig>Enabled</current_mig>' "$GA_TMP/out" 2>/dev/null && ga_mig=1
+# Where nvidia-smi gave no whole XML report (refused, crashed or cut: no closing tag), the same
+# report as text: a driver that fails one format often still prints the other. Not after a
+# timeout: the driver hangs, and ga_run skips every later call anyway.
+if [ "$ga_rc" != 127 ] && [ "$ga_rc" != 124 ] && ! grep -q '</nvidia_smi_log>' "$GA_TMP/out"; then
+  ga_section nvidia_smi_q s_nvidia -q
+  grep -A2 'MIG Mode' "$GA_TMP/out" 2>/dev/null | grep -q 'Current *: *Enabled' && ga_mig=1
+fi
 ga_section nvml s_nvml
 ga_section nvidia_topo s_nvidia topo -m
 ga_section nvlink_status s_nvidia nvlink -s
 ga_section nvlink_errors s_nvidia nvlink -e
 ga_section mig_gi s_nvidia mig -lgi
 ga_section mig_ci s_nvidia mig -lci
+[ "$ga_mig" = 1 ] && ga_section mig_placements s_nvidia mig -lgipp
 ga_section driver_proc s_driver_proc
 ga_section packages s_packages
 ga_section package_holds s_package_holds
@@ -241,5 +411,15 @@ ga_section device_nodes s_device_nodes
 ga_section lspci s_lspci
 ga_section rocm_smi s_rocm
 ga_section amd_smi s_amd_smi
+ga_section monitoring s_monitoring
+if ga_has scontrol || ga_has slurmd; then
+  ga_section slurm_node s_slurm_node
+  ga_section slurm_conf s_slurm_conf
+  ga_section slurm_gres_conf s_slurm_gres_conf
+  ga_section slurmd_conf s_slurmd -C
+  ga_section slurmd_gres s_slurmd -G
+fi
+# Last: the one section that loads the GPUs runs after every passive reading of them.
+[ "$(ga_diag_level)" != 0 ] && ga_section dcgm_diag s_dcgm_diag
 printf '@@%s done@@\n' "$N"
 exit 0

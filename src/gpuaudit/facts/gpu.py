@@ -37,15 +37,28 @@ class GpuAuditSections(FactBase[dict[str, Any]]):
         # Not collectable: the command did not run to completion (connection lost, killed).
         return {"complete": False, "problems": ["collector produced no output"], "sections": {}}
 
-    def command(self, nonce: str | None = None, command_timeout: int | None = None) -> str:
+    def command(
+        self,
+        nonce: str | None = None,
+        command_timeout: int | None = None,
+        dcgm_diag_level: int | None = None,
+        dcgm_diag_timeout: int | None = None,
+    ) -> str:
         # A per-run nonce in the section markers keeps host output (kernel log lines, GPU
         # names) from ever being read as framing.
         script = collector_script(nonce or new_nonce())
-        if command_timeout is None:
-            return script
-        # Set here, not read from the host's environment: the bound on each GPU tool call
-        # must fit inside the time the audit gives the whole collection.
-        return f"GPUAUDIT_TIMEOUT={int(command_timeout)}\n{script}"
+        settings = ""
+        if command_timeout is not None:
+            # Set here, not read from the host's environment: the bound on each GPU tool call
+            # must fit inside the time the audit gives the whole collection.
+            settings += f"GPUAUDIT_TIMEOUT={int(command_timeout)}\n"
+        if dcgm_diag_level is not None:
+            # The policy's dcgmi diag level (0: none), set even when 0 so that the host's own
+            # environment cannot start a diagnostic the site did not ask for.
+            settings += f"GPUAUDIT_DCGM_DIAG={int(dcgm_diag_level)}\n"
+            if dcgm_diag_timeout is not None:
+                settings += f"GPUAUDIT_DCGM_DIAG_TIMEOUT={int(dcgm_diag_timeout)}\n"
+        return settings + script
 
     def process(self, output: list[str]) -> dict[str, Any]:
         return parse_bundle(output).to_dict()

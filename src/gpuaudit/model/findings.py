@@ -40,6 +40,8 @@ class Outcome(str, Enum):
     PASS = "pass"
     NOT_EVALUATED = "not_evaluated"
     DISABLED = "disabled"
+    # The rule's subject is not on the host: a host that runs no Slurm for the Slurm rules.
+    NOT_APPLICABLE = "not_applicable"
 
 
 class Owner(str, Enum):

@@ -223,6 +223,17 @@ class MigInstance:
 
 
 @dataclass(frozen=True)
+class MigPlacement:
+    """One line of ``nvidia-smi mig -lgipp``: where instances of a GPU instance profile may
+    start on one GPU."""
+
+    gpu: int
+    profile_id: int
+    starts: tuple[int, ...]  # placement start indices on the memory-slice axis
+    size: int  # memory slices one instance of the profile takes
+
+
+@dataclass(frozen=True)
 class Package:
     name: str
     version: str
@@ -305,6 +316,265 @@ def parse_warning(
 
 
 @dataclass(frozen=True)
+class CounterField:
+    """One enabled line of a dcgm-exporter counters file: ``DCGM FIELD, type, help``."""
+
+    field: str  # e.g. "DCGM_FI_DEV_GPU_TEMP" (also DCGM_EXP_* exporter fields)
+    metric_type: str  # gauge | counter | histogram | summary | label, as written
+    help: str = ""
+    line: int = 0  # 1-based line in the file
+
+
+@dataclass(frozen=True)
+class CountersFile:
+    """The counters (collectors) file a dcgm-exporter reads, as the audit read it."""
+
+    path: str  # the path dcgm-exporter was given (or its default)
+    # How the path was chosen: "-f" / "--collectors" (argv), "DCGM_EXPORTER_COLLECTORS"
+    # (environment) or "default" (/etc/dcgm-exporter/default-counters.csv).
+    source: str = "default"
+    fields: tuple[CounterField, ...] = ()
+    # DCGM fields present in the file but commented out ("# DCGM_FI_DEV_ECC_DBE_VOL_TOTAL, …").
+    commented: tuple[str, ...] = ()
+    # Lines dcgm-exporter refuses (not three fields, an unknown metric type): it does not start
+    # with such a file.
+    malformed: tuple[str, ...] = ()
+    # Why the file could not be read (missing, permission denied); None when it was read.
+    error: str | None = None
+    truncated: bool = False
+
+    def exports(self, field_name: str) -> bool:
+        return any(f.field == field_name for f in self.fields)
+
+
+@dataclass(frozen=True)
+class ExporterProcess:
+    """A monitoring exporter process found under /proc: its argv and the one variable read."""
+
+    pid: int
+    name: str  # /proc/PID/comm
+    argv: tuple[str, ...] = ()
+    # DCGM_EXPORTER_COLLECTORS from /proc/PID/environ; None when unset or unreadable.
+    collectors_env: str | None = None
+    environ_readable: bool = True
+
+
+@dataclass(frozen=True)
+class MonitoringView:
+    """What monitors this host: dcgm-exporter (units, processes, the counters file it reads)
+    and node_exporter's textfile directory, where gpuaudit.prom can be dropped."""
+
+    # systemctl is-active answer per unit the collector asked about ("" when not answered).
+    units: dict[str, str] = field(default_factory=dict)
+    # How many /proc/PID entries the collector saw: 0 means the process table was not
+    # visible, so only the units tell whether an exporter runs.
+    proc_entries: int | None = None
+    processes: tuple[ExporterProcess, ...] = ()
+    counters: tuple[CountersFile, ...] = ()
+    # node_exporter's --collector.textfile.directory; None when no node_exporter names one.
+    textfile_directory: str | None = None
+    textfile_directory_exists: bool | None = None
+    textfile_directory_writable: bool | None = None
+
+    @property
+    def dcgm_exporter_units(self) -> dict[str, str]:
+        return {u: s for u, s in self.units.items() if "dcgm-exporter" in u}
+
+    @property
+    def dcgm_exporter_processes(self) -> tuple[ExporterProcess, ...]:
+        return tuple(p for p in self.processes if p.name == "dcgm-exporter")
+
+    @property
+    def node_exporter_processes(self) -> tuple[ExporterProcess, ...]:
+        return tuple(p for p in self.processes if p.name != "dcgm-exporter")
+
+    @property
+    def dcgm_exporter_running(self) -> bool:
+        return bool(self.dcgm_exporter_processes) or any(
+            s == "active" for s in self.dcgm_exporter_units.values()
+        )
+
+    @property
+    def node_exporter_running(self) -> bool:
+        return bool(self.node_exporter_processes) or any(
+            s == "active" for u, s in self.units.items() if "node" in u
+        )
+
+
+@dataclass(frozen=True)
+class GresSpec:
+    """One entry of a Slurm GRES list as scontrol or slurmd print it: ``gpu:a100:4(S:0-1)``,
+    ``gpu:1``, ``gpu:(null):4(IDX:0-3)``. MIG slices are GRES of their own type
+    (``a100_3g.20gb``)."""
+
+    name: str  # "gpu", "mps", "shard" …
+    type: str | None = None  # "a100", "nvidia_h100_80gb_hbm3_1g.10gb"; None when untyped
+    count: int | None = None  # None: no number (or "no_consume" without one)
+    detail: str = ""  # what followed in parentheses: "S:0-1", "IDX:0-3"
+    raw: str = ""
+
+
+@dataclass(frozen=True)
+class SlurmNode:
+    """One node record of ``scontrol show node -o`` (or its multi-line form)."""
+
+    name: str
+    state: str = ""  # as printed: "IDLE+DRAIN", "DOWN*+DRAIN", "MIXED"
+    gres: tuple[GresSpec, ...] = ()  # Gres= (what slurm.conf configures for the node)
+    gres_used: tuple[GresSpec, ...] = ()  # GresUsed=
+    cfg_tres: dict[str, str] = field(default_factory=dict)  # CfgTRES: "gres/gpu" -> "8"
+    alloc_tres: dict[str, str] = field(default_factory=dict)
+    reason: str | None = None  # Reason= without its "[user@time]" tail
+    reason_user: str | None = None  # who set the state: "slurm" (slurmctld itself), "root" …
+    reason_time: str | None = None  # as printed, e.g. "2024-12-19T11:03:34"
+    version: str | None = None  # slurmd's version (Version=)
+    # Every field as printed (OS= and Reason= keep their spaces).
+    fields: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class GresLine:
+    """One line of gres.conf (``Name=gpu Type=a100 File=/dev/nvidia[0-3]``, ``AutoDetect=nvml``
+    or ``NodeName=… Name=…``)."""
+
+    line: int  # 1-based line number in the file
+    raw: str
+    name: str | None = None
+    type: str | None = None
+    file: str | None = None  # as written: "/dev/nvidia[0-3]"
+    count: str | None = None  # as written: "8", "4G"
+    node_name: str | None = None  # NodeName= (the nodes the line is for), None: every node
+    auto_detect: str | None = None  # AutoDetect= value on this line, lower case
+    flags: str | None = None
+    cores: str | None = None
+    links: str | None = None
+    multiple_files: str | None = None
+    file_count: int | None = None  # device files File= names (brackets expanded)
+
+
+@dataclass(frozen=True)
+class GresConf:
+    """gres.conf as read from the host; ``path`` is where it was found."""
+
+    lines: tuple[GresLine, ...] = ()
+    path: str | None = None
+
+
+@dataclass(frozen=True)
+class SlurmdGres:
+    """One GRES as ``slurmd -G`` prints the node's merged configuration."""
+
+    name: str
+    raw: str
+    type: str | None = None
+    count: int | None = None
+    index: int | None = None
+    file: str | None = None
+    links: str | None = None
+    flags: tuple[str, ...] = ()  # "HAS_FILE", "HAS_TYPE", "ENV_NVML" …
+
+
+@dataclass(frozen=True)
+class SlurmdHardware:
+    """``slurmd -C``: what slurmd finds on the node (CPUs, memory, auto-detected GPUs)."""
+
+    node_name: str | None = None
+    cpus: int | None = None
+    real_memory_mib: int | None = None
+    gres: tuple[GresSpec, ...] = ()  # Gres= where AutoDetect found GPUs
+    uptime: str | None = None
+    fields: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class SlurmView:
+    """What Slurm believes about this host: its node record in slurmctld, the host's gres.conf
+    and the GRES lines of slurm.conf, and what slurmd itself finds (-C) and reports (-G).
+    A part is None when it was not read (tool missing, file absent, command failed); ``problems``
+    says why, per part ("node", "gres_conf", "slurm_conf", "slurmd_hardware", "slurmd_gres")."""
+
+    node: SlurmNode | None = None
+    node_name: str | None = None  # the node the audit asked slurmctld about
+    gres_conf: GresConf | None = None
+    # slurm.conf lines about GRES (GresTypes=, AccountingStorageTRES=, NodeName= with Gres=).
+    slurm_conf_lines: tuple[str, ...] | None = None
+    slurmd_hardware: SlurmdHardware | None = None
+    slurmd_gres: tuple[SlurmdGres, ...] | None = None
+    problems: dict[str, str] = field(default_factory=dict)
+
+
+class DiagStatus(str, Enum):
+    """A DCGM diagnostic result, whatever the spelling (Pass, PASS, pass)."""
+
+    PASS = "pass"
+    FAIL = "fail"
+    WARN = "warn"
+    SKIP = "skip"
+    NOT_RUN = "not_run"
+    UNKNOWN = "unknown"  # a word DCGM never printed before: never read as a pass
+
+
+class DiagRun(str, Enum):
+    """Whether the audit's ``dcgmi diag`` ran on the host, and if not, why."""
+
+    RAN = "ran"  # dcgmi answered; ``tests`` holds what it printed
+    BUSY = "busy"  # a compute process held a GPU: not run (``busy_pids``)
+    NOT_CHECKED = "not_checked"  # idleness could not be proven (no nvidia-smi, it failed)
+    MISSING = "missing"  # dcgmi is not installed
+    FAILED = "failed"  # dcgmi ran but gave no readable result (hostengine down, timeout)
+
+
+@dataclass(frozen=True)
+class DcgmDiagMessage:
+    """A warning or info line of one diagnostic result, as DCGM worded it."""
+
+    text: str
+    gpu: int | None = None  # the GPU the message names ("GPU 3 ..."), when it names one
+    error_id: int | None = None  # DCGM_FR_* code (JSON only)
+    error_category: int | None = None  # DCGM_FR_EC_* (JSON only)
+    error_severity: int | None = None  # DCGM_ERROR_* (JSON only)
+
+
+@dataclass(frozen=True)
+class DcgmDiagResult:
+    """One result of a test: for the GPUs in ``gpus`` (empty: every GPU the run covered, as
+    DCGM prints "Pass - All" or a deployment check without GPU ids)."""
+
+    status: DiagStatus
+    raw_status: str = ""
+    gpus: tuple[int, ...] = ()
+    warnings: tuple[DcgmDiagMessage, ...] = ()
+    info: tuple[DcgmDiagMessage, ...] = ()
+
+
+@dataclass(frozen=True)
+class DcgmDiagTest:
+    """One diagnostic test ("Memory", "PCIe", "Persistence Mode") in its category."""
+
+    category: str
+    name: str
+    results: tuple[DcgmDiagResult, ...] = ()
+    summary: DiagStatus | None = None  # DCGM 4's test_summary.status, where printed
+
+
+@dataclass(frozen=True)
+class DcgmDiag:
+    """The audit's ``dcgmi diag -r LEVEL`` on the host (section ``dcgm_diag``)."""
+
+    run: DiagRun
+    level: int
+    reason: str = ""  # why it did not run, or what went wrong, in one line
+    output_format: str | None = None  # "json" | "text": what was read
+    rc: int | None = None  # dcgmi's exit status
+    busy_pids: tuple[int, ...] = ()
+    dcgm_version: str | None = None
+    driver_version: str | None = None
+    gpu_device_ids: tuple[str, ...] = ()
+    runtime_error: str | None = None  # DCGM's own "runtime_error" / error line
+    tests: tuple[DcgmDiagTest, ...] = ()
+
+
+@dataclass(frozen=True)
 class OsInfo:
     pretty_name: str | None = None
     id: str | None = None
@@ -335,6 +605,8 @@ class HostSnapshot:
     topology: Topology | None = None
     mig_gpu_instances: tuple[MigInstance, ...] = ()
     mig_compute_instances: tuple[MigInstance, ...] = ()
+    # Where each GPU instance profile may be placed (mig -lgipp, collected on MIG hosts only).
+    mig_placements: tuple[MigPlacement, ...] = ()
     packages: tuple[Package, ...] = ()
     sysctls: dict[str, str] = field(default_factory=dict)
     services: tuple[Service, ...] = ()
@@ -352,6 +624,12 @@ class HostSnapshot:
     pci_devices: tuple[PciDevice, ...] = ()
     # NVLink state and error counters per GPU; None when the audit did not collect them.
     nvlink: tuple[GpuNvLink, ...] | None = None
+    # dcgm-exporter and node_exporter on the host; None when the audit did not collect them.
+    monitoring: MonitoringView | None = None
+    # What Slurm believes about the host; None on a host without Slurm's tools (no Slurm node).
+    slurm: SlurmView | None = None
+    # The audit's dcgmi diag; None when the policy did not ask for one (level 0).
+    dcgm_diag: DcgmDiag | None = None
 
     def to_dict(self) -> dict[str, Any]:
         result: dict[str, Any] = to_jsonable(self)

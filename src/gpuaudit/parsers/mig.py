@@ -22,7 +22,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from gpuaudit.model.snapshot import MigDevice, MigInstance
+from gpuaudit.model.snapshot import MigDevice, MigInstance, MigPlacement
 from gpuaudit.parsers.errors import ParseError
 from gpuaudit.parsers.values import parse_float, split_gpu_header
 from gpuaudit.parsers.warnings import warn
@@ -108,16 +108,6 @@ class MigProfile:
     memory_gib: float | None = None  # -lgip only
     gpu_instance_id: int | None = None  # -lcip only: the parent GPU instance
     default: bool = False  # -lcip marks the default compute profile with "*"
-
-
-@dataclass(frozen=True)
-class MigPlacement:
-    """One line of `mig -lgipp`: where instances of a GPU instance profile may start."""
-
-    gpu: int
-    profile_id: int
-    starts: tuple[int, ...]  # placement start indices on the memory-slice axis
-    size: int  # slices one instance of the profile takes
 
 
 @dataclass(frozen=True)

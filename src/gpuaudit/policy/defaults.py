@@ -113,6 +113,13 @@ DEFAULT_POLICY: dict[str, Any] = {
     # dcgm-exporter as a Kubernetes DaemonSet (no host unit) set monitoring_required: false.
     "monitoring_required": True,
     "monitoring_services": ["nvidia-dcgm", "dcgm", "dcgm-exporter"],
+    # Monitoring coverage (GA921-GA924, docs/field-guide/monitoring.md#alert-coverage):
+    # alert_rules: the site's Prometheus rules file (or PrometheusRule), relative to the
+    # policy file, checked for an alert per GPU failure class (GA924); require_alerts: with no
+    # file named, report every class unalerted; textfile_scrape: node_exporter should pick up
+    # gpuaudit.prom from its textfile directory (GA923). The loader adds alert_rules_path,
+    # alert_rules_loaded (the file's rules) and alert_rules_error (why it could not be read).
+    "monitoring": {"alert_rules": None, "require_alerts": False, "textfile_scrape": False},
     # --- PCIe and NVLink ---
     # The replay counter counts since the driver loaded; DCGM's limit is a rate of 8 replays a
     # minute (DcgmGPUHardwareLimits.h), so 1000 is about two hours at that rate.
@@ -161,6 +168,23 @@ DEFAULT_POLICY: dict[str, Any] = {
     # "concurrent_requests"), and
     # "placement": "host" (tensor parallel across the host's GPUs, the default) or "gpu".
     "required_models": [],
+    # --- active readiness checks (docs/field-guide/dcgm-diag.md) ---
+    # dcgmi diag -r LEVEL inside the audit's one remote command, on hosts where DCGM is
+    # installed and no compute process runs: 0 = off, 1 = quick (about a minute), 2 and 3 load
+    # the GPUs for minutes to most of an hour and run only with allow_long: true beside them.
+    "dcgm_diag": {"level": 0, "allow_long": False},
+    # --- Kubernetes (docs/field-guide/kubernetes.md) ---
+    # The host's node name where it differs from the inventory name and the host's own name
+    # (set per host); None = map by name, then by short name.
+    "kubernetes_node": None,
+    # Taint keys GPU nodes carry by design (dedicated GPU nodes, control planes): they do not
+    # make a node unschedulable for GA906 / GA907.
+    "kubernetes_expected_taints": [
+        "nvidia.com/gpu",
+        "amd.com/gpu",
+        "node-role.kubernetes.io/control-plane",
+        "node-role.kubernetes.io/master",
+    ],
     # --- register ---
     # Rule codes to leave out of the register, and per-code severity overrides
     # ({"GA602": "high"}); both are applied by evaluate(), after the rules ran.

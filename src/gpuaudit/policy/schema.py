@@ -19,6 +19,7 @@ from typing import Any, TypeVar
 
 from yaml.nodes import Node, ScalarNode
 
+from gpuaudit.policy.alert_rules import load_alert_rules
 from gpuaudit.policy.defaults import DEFAULT_POLICY
 from gpuaudit.policy.nodes import Invalid, Reader, describe
 from gpuaudit.policy.upgrade import (
@@ -138,13 +139,57 @@ def _required_models(reader: Reader, node: Node, what: str) -> list[dict[str, An
     return models
 
 
+def _dcgm_diag(reader: Reader, node: Node, what: str) -> dict[str, Any]:
+    """The audit's dcgmi diag (policy/diag.py): level 0-3; 2 and 3 need ``allow_long: true``
+    in the same mapping, so that a long diagnostic is never one edited number away."""
+    from gpuaudit.policy.diag import LONG_LEVELS, level_problem
+
+    entries = reader.mapping(node, what)
+    reader.check_keys(
+        node, entries, what, ("level", "allow_long"), hints={"dcgm_diag_level": "use level:"}
+    )
+    value: dict[str, Any] = {}
+    if "allow_long" in entries:
+        value["allow_long"] = reader.boolean(entries["allow_long"][1], f"{what}.allow_long")
+    if "level" in entries:
+        level_node = entries["level"][1]
+        level = reader.integer(level_node, f"{what}.level")
+        problem = level_problem(level, value.get("allow_long", level not in LONG_LEVELS))
+        if problem:
+            raise reader.fail(level_node, f"{what}.{problem}")
+        value["level"] = level
+    return value
+
+
+_MONITORING_KEYS = ("alert_rules", "require_alerts", "textfile_scrape")
+
+
+def _monitoring(reader: Reader, node: Node, what: str) -> dict[str, Any]:
+    """The monitoring coverage settings; ``alert_rules`` (relative to the policy file) is
+    read here, so the rules stay free of I/O: its rules go into ``alert_rules_loaded``, or
+    why it could not be read into ``alert_rules_error`` (GA924 is then not evaluated)."""
+    entries = reader.mapping(node, what)
+    reader.check_keys(node, entries, what, _MONITORING_KEYS)
+    settings: dict[str, Any] = {}
+    for key, (_, value) in entries.items():
+        if key == "alert_rules":
+            path = None if _is_null(value) else reader.string(value, f"{what}.{key}").strip()
+            settings.update(load_alert_rules(path, reader.source))
+        elif key in _MONITORING_KEYS:
+            settings[key] = reader.boolean(value, f"{what}.{key}")
+    return settings
+
+
 _TYPES: dict[str, Check] = {
+    "monitoring": _monitoring,
+    "dcgm_diag": _dcgm_diag,
     "desired_driver_version": Reader.version,
     "desired_driver_branch": _branch,
     "required_cuda_versions": _versions,
     "expected_gpu_count": Reader.integer,
     "gpu_vendor": lambda r, n, w: r.choice(n, w, ("nvidia", "amd")),
     "mig_config_name": Reader.string,
+    "kubernetes_node": Reader.string,
     "sysctl_baseline": _sysctls,
     "driver_package_patterns": _regexes,
     "disabled_rules": _rule_codes,

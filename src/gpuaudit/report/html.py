@@ -228,7 +228,7 @@ def build_context(
     The page embeds its data as JSON: the views read the register's document (its
     ``to_dict()``, what register.json holds). ``docs_pages`` are the docs pages beside the page
     (``docs/…`` paths): references to them are linked."""
-    document = register.to_dict()
+    document = register.document
     hosts = _host_views(register, document, snapshots)
     risks = risk_views(document, docs_pages)
     shared = _share_host_parts(hosts)

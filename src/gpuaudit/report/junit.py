@@ -48,6 +48,7 @@ _EXCERPT_CHARS = 2000
 _SKIPPED = {
     Outcome.NOT_EVALUATED.value: "not evaluated",
     Outcome.DISABLED.value: "disabled by policy",
+    Outcome.NOT_APPLICABLE.value: "not applicable",
 }
 
 

@@ -134,7 +134,8 @@ def _outcome_line(outcomes: Mapping[str, int]) -> list[str]:
         "",
         f"Rules on hosts: {outcomes.get('fail', 0)} failed, {outcomes.get('pass', 0)} passed, "
         f"{outcomes.get('not_evaluated', 0)} not evaluated (data missing), "
-        f"{outcomes.get('disabled', 0)} disabled by policy.",
+        f"{outcomes.get('disabled', 0)} disabled by policy, "
+        f"{outcomes.get('not_applicable', 0)} not applicable.",
     ]
 
 

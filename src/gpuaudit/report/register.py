@@ -3,14 +3,15 @@
 Every renderer reads the one :class:`~gpuaudit.report.register_types.Register` built here; its
 ``to_dict()`` is ``register.json``, the versioned document outside tools read. Its shape::
 
-    schema_version  "1.3" (major bumps on breaking changes; minors only add keys)
+    schema_version  "1.4" (major bumps on breaking changes; minors only add keys or values)
     generated_at    ISO 8601 UTC
     run_id          e.g. "20261129T161000Z" (None when the register is not tied to a run)
     summary         counts: findings by severity / category / owner, hosts by status, GPUs,
                     risks by status and open risks by severity (an info finding is not an
                     open risk: ``info_risk_count``), rule outcomes host by host
     hosts           one entry per snapshot, unreachable and failed hosts included; "outcomes":
-                    rule code -> {"outcome": "fail" | "pass" | "not_evaluated" | "disabled",
+                    rule code -> {"outcome": "fail" | "pass" | "not_evaluated" | "disabled" |
+                    "not_applicable" (schema 1.4),
                     "reason" (why not evaluated or disabled), "findings" (how many, when it
                     failed), "gpus" (outcome -> GPU indexes, for rules that judge GPUs one
                     by one) and "gpu_reasons" (GPU index -> why)}
@@ -59,7 +60,7 @@ from gpuaudit.rules.base import REGISTRY, Finding, Outcome, Owner, RuleOutcome, 
 
 __all__ = ["Register", "at_or_above", "build_register", "is_risk_severity"]
 
-REGISTER_SCHEMA_VERSION = "1.3"
+REGISTER_SCHEMA_VERSION = "1.4"
 
 # Most severe first: the order counts and findings are presented in everywhere.
 SEVERITY_ORDER: tuple[Severity, ...] = tuple(sorted(Severity, key=lambda s: -s.rank))

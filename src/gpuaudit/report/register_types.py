@@ -12,6 +12,7 @@ of the same input compare equal byte for byte.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -620,6 +621,12 @@ class Register:
                 if 0 <= i < len(self.findings)
             )
         ]
+
+    @functools.cached_property
+    def document(self) -> dict[str, Any]:
+        """:meth:`to_dict`, made once: what the renderers that write JSON read (register.json,
+        the page's data). Shared by them: never changed."""
+        return self.to_dict()
 
     def to_dict(self) -> dict[str, Any]:
         """register.json's document."""

@@ -12,7 +12,7 @@ of the docs pages the register cites, in memory, register.json last: nothing is 
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
@@ -69,9 +69,26 @@ class Format:
 
 
 def register_json(register: Register) -> str:
-    """register.json's text; a number that is not finite is refused, never written."""
-    document = register.to_dict()
-    return json.dumps(document, indent=1, ensure_ascii=False, allow_nan=False) + "\n"
+    """register.json's text; a number that is not finite is refused, never written.
+
+    One top-level key a line, and each entry of its lists (hosts, risks, findings) on a line of
+    its own: as easy to read and to diff as an indented file, and written by the json module's
+    C encoder, which an indented dump does not use (a tenth of the time on a large fleet)."""
+    return _lines_json(register.document)
+
+
+def _lines_json(document: Mapping[str, Any]) -> str:
+    def dump(value: Any) -> str:
+        return json.dumps(value, ensure_ascii=False, allow_nan=False)
+
+    parts = []
+    for key, value in document.items():
+        if isinstance(value, list) and value:
+            items = ",\n  ".join(dump(item) for item in value)
+            parts.append(f" {dump(key)}: [\n  {items}\n ]")
+        else:
+            parts.append(f" {dump(key)}: {dump(value)}")
+    return "{\n" + ",\n".join(parts) + "\n}\n"
 
 
 RENDERERS: tuple[Renderer, ...] = (

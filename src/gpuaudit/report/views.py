@@ -6,6 +6,7 @@ on for every value), so nothing in this module marks text as safe.
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Sequence
 from typing import Any
@@ -164,15 +165,19 @@ def gpu_row(gpu: Gpu) -> dict[str, Any]:
 # --- topology -------------------------------------------------------------------------------
 
 
+_LINK_CLASSES = {"PIX": "near", "PXB": "near", "PHB": "mid", "NODE": "mid", "SYS": "far"}
+
+
+@functools.lru_cache(maxsize=1024)
 def _link_class(cell: str) -> str:
+    """How far apart a topology cell says two devices are (cached: a fleet repeats a handful of
+    cell values across thousands of 8-GPU matrices)."""
     cell = cell.strip().upper()
     if cell == "X":
         return "self"
     if cell.startswith("NV"):
         return "nvlink"
-    return {"PIX": "near", "PXB": "near", "PHB": "mid", "NODE": "mid", "SYS": "far"}.get(
-        cell, "other"
-    )
+    return _LINK_CLASSES.get(cell, "other")
 
 
 def topology_view(topology: Topology | None) -> dict[str, Any] | None:

@@ -7,7 +7,9 @@ pyinfra, no I/O.
 
 Codes: GA0xx the audit itself, GA1xx driver/software, GA2xx MIG, GA3xx memory/ECC/XID health
 and clock slowdowns, GA4xx services, GA5xx topology/PCIe, GA6xx system/sysctl/security,
-GA7xx fleet consistency, GA8xx capacity. A code is never reused.
+GA7xx fleet consistency, GA8xx capacity, GA90x/GA91x what Kubernetes and Slurm believe,
+GA92x monitoring coverage, GA93x active readiness checks (DCGM diagnostics). A code is never
+reused.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
+from gpuaudit.model.cluster import ClusterView
 from gpuaudit.model.snapshot import HostSnapshot
 from gpuaudit.policy.defaults import DEFAULT_POLICY, effective_policy, host_overrides
 from gpuaudit.rules import (
@@ -30,7 +33,11 @@ from gpuaudit.rules import (
     fleet,
     health,
     mig,
+    monitoring,
     nvlink,
+    readiness,
+    scheduler_kube,
+    scheduler_slurm,
     services,
     software,
     system,
@@ -69,6 +76,10 @@ __all__ = [
 _RULE_MODULES = (
     *(audit, software, compat, visibility, mig, xid, health, ecc, condition),
     *(services, topology, nvlink, system, fleet, capacity),
+    scheduler_kube,
+    scheduler_slurm,
+    monitoring,
+    readiness,
 )
 
 # The host name a fleet rule's failure is filed under (it belongs to no single host).
@@ -81,14 +92,18 @@ def all_rules() -> list[Rule]:
 
 
 def evaluate(
-    snapshots: Sequence[HostSnapshot], policy: Policy | Mapping[str, Any] | None = None
+    snapshots: Sequence[HostSnapshot],
+    policy: Policy | Mapping[str, Any] | None = None,
+    cluster: ClusterView | None = None,
 ) -> list[Finding]:
     """The sorted findings of :func:`assess` (what most callers need)."""
-    return list(assess(snapshots, policy).findings)
+    return list(assess(snapshots, policy, cluster).findings)
 
 
 def assess(
-    snapshots: Sequence[HostSnapshot], policy: Policy | Mapping[str, Any] | None = None
+    snapshots: Sequence[HostSnapshot],
+    policy: Policy | Mapping[str, Any] | None = None,
+    cluster: ClusterView | None = None,
 ) -> Evaluation:
     """Run the host rules on each snapshot and the fleet rules once: sorted findings, and every
     rule's outcome on every host.
@@ -102,18 +117,20 @@ def assess(
     host (or for the fleet) instead of ending the audit, and is not evaluated there. A rule in
     a host's ``disabled_rules`` is disabled on it (a fleet rule's findings for it are dropped);
     the severity overrides are applied last, and a Policy's override keeps its reason in the
-    finding.
+    finding. ``cluster`` is the Kubernetes view the scheduler rules (GA9xx) compare the hosts
+    with; without one they are not evaluated.
     """
     from gpuaudit.policy.settings import resolve_settings  # late: policy imports this package
 
     fleet = tuple(snapshots)
     settings_for, override = _policy_hooks(policy)
-    fleet_ctx = RuleContext(fleet=fleet, policy=settings_for(None))
+    fleet_ctx = RuleContext(fleet=fleet, policy=settings_for(None), cluster=cluster)
     contexts = [
         RuleContext(
             fleet=fleet,
             policy=resolve_settings(_site(policy), snap.host, snap.host_data).as_dict(),
             resolved_for=snap.host,
+            cluster=cluster,
         )
         for snap in fleet
     ]

@@ -184,8 +184,15 @@ def judge(
         return RuleOutcome(
             rule.code, snap.host, Outcome.FAIL, "", len(findings), gpus, rule.per_gpu
         )
-    reasons = [m for need in rule.needs if (m := need.missing(snap)) is not None]
-    reasons += [s.reason for s in skipped if s.gpu is None]
+    unjudged = [(n.outcome, m) for n in rule.needs if (m := n.missing(snap)) is not None]
+    unjudged += [(s.outcome, s.reason) for s in skipped if s.gpu is None]
+    kinds = {outcome for outcome, _ in unjudged}
+    gpu_gaps = any(g.outcome is Outcome.NOT_EVALUATED for g in gpus)
+    if len(kinds) == 1 and kinds != {Outcome.NOT_EVALUATED} and not gpu_gaps:
+        # Off by the site's policy, or nothing to check on this host: said so, never a pass.
+        why = "; ".join(dict.fromkeys(reason for _, reason in unjudged))
+        return RuleOutcome(rule.code, snap.host, kinds.pop(), why, 0, gpus, rule.per_gpu)
+    reasons = [reason for _, reason in unjudged]
     reasons += [f"GPU {g.gpu}: {g.reason}" for g in gpus if g.outcome is Outcome.NOT_EVALUATED]
     if reasons:
         why = "; ".join(dict.fromkeys(reasons))

@@ -2,7 +2,8 @@
 
 A rule has a stable code that is never reused (GA1xx driver/software, GA2xx MIG, GA3xx
 memory/ECC/XID health, GA4xx services, GA5xx topology/PCIe/NVLink, GA6xx system/sysctl/security,
-GA7xx fleet consistency, GA8xx capacity). Host rules look at one snapshot; fleet rules look at
+GA7xx fleet consistency, GA8xx capacity, GA90x/GA91x Kubernetes and Slurm, GA92x monitoring,
+GA93x DCGM diagnostics). Host rules look at one snapshot; fleet rules look at
 all of them (drift between hosts of the same GPU model).
 
 Every rule gets an outcome on every host (and, for rules that judge GPUs one by one, on every
@@ -22,6 +23,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
+from gpuaudit.model.cluster import ClusterView
 from gpuaudit.model.findings import Evidence as Evidence
 from gpuaudit.model.findings import Finding as Finding
 from gpuaudit.model.findings import Outcome as Outcome
@@ -32,7 +34,8 @@ from gpuaudit.model.snapshot import HostSnapshot
 
 @dataclass(frozen=True)
 class RuleContext:
-    """What a rule may consult besides the snapshot: the whole fleet and the policy.
+    """What a rule may consult besides the snapshot: the whole fleet, the policy and, when the
+    audit was given one, the Kubernetes cluster's view of the hosts (``cluster``; None: none).
 
     ``evaluate()`` gives each host a context whose ``policy`` is that host's resolved
     settings (gpuaudit.policy.settings), with ``resolved_for`` naming the host. A context built
@@ -43,6 +46,7 @@ class RuleContext:
     fleet: Sequence[HostSnapshot] = ()
     policy: dict[str, Any] = field(default_factory=dict)
     resolved_for: str | None = None
+    cluster: ClusterView | None = None
 
     def settings_for(self, snap: HostSnapshot) -> dict[str, Any]:
         if self.resolved_for is not None and self.resolved_for == snap.host:
@@ -62,6 +66,9 @@ class NotEvaluated:
     reason: str
     gpu: int | None = None
     host: str | None = None
+    # Why it did not judge: the data was missing (NOT_EVALUATED), the site's policy turned
+    # the check off (DISABLED), or what it checks is not on the host (NOT_APPLICABLE).
+    outcome: Outcome = Outcome.NOT_EVALUATED
 
 
 @dataclass(frozen=True)
@@ -72,6 +79,9 @@ class Need:
 
     what: str
     missing: Callable[[HostSnapshot], str | None]
+    # The outcome on a host that lacks it: the data did not arrive (NOT_EVALUATED), the site
+    # turned its collection off (DISABLED), or the host has no such thing (NOT_APPLICABLE).
+    outcome: Outcome = Outcome.NOT_EVALUATED
 
 
 @dataclass(frozen=True)

@@ -106,12 +106,61 @@ GUIDE_DCGM = _GUIDE + "monitoring.md#running-dcgm"
 GUIDE_MONITORING_GAPS = _GUIDE + "monitoring.md#blind-spots"
 GUIDE_DRIVER_LOGS = _GUIDE + "monitoring.md#collect-driver-logs"
 GUIDE_ERROR_RATES = _GUIDE + "monitoring.md#error-rates"
+GUIDE_EXPORTER_COUNTERS = _GUIDE + "monitoring.md#dcgm-exporter-counters"
+GUIDE_ALERT_COVERAGE = _GUIDE + "monitoring.md#alert-coverage"
+GUIDE_TEXTFILE = _GUIDE + "monitoring.md#the-register-in-prometheus"
+# Monitoring documentation (dcgm-exporter's field names are DCGM's; Prometheus' formats).
+DCGM_FIELDS = "https://docs.nvidia.com/datacenter/dcgm/latest/dcgm-api/dcgm-api-field-ids.html"
+PROMETHEUS_ALERTING = "https://prometheus.io/docs/prometheus/latest/configuration/alerting_rules/"
+NODE_EXPORTER_TEXTFILE = "https://github.com/prometheus/node_exporter#textfile-collector"
 
 GUIDE_FIRST_CHECKS = _GUIDE + "failure-checklist.md#first-checks-by-symptom"
 GUIDE_INCIDENT = _GUIDE + "failure-checklist.md#incident-checklist"
 
 GUIDE_PREPRODUCTION = _GUIDE + "readiness-checklists.md#pre-production-checklist"
 GUIDE_PRODUCTION = _GUIDE + "readiness-checklists.md#production-readiness-checklist"
+
+# Slurm's documentation, and the field guide's page on what gpuaudit checks of it.
+SLURM_GRES = "https://slurm.schedmd.com/gres.html"
+SLURM_GRES_CONF = "https://slurm.schedmd.com/gres.conf.html"
+SLURM_SCONTROL = "https://slurm.schedmd.com/scontrol.html"
+SLURM_MIG = "https://slurm.schedmd.com/gres.html#MIG_Management"
+GUIDE_SLURM_COUNTS = _GUIDE + "slurm.md#gpu-counts-slurm-and-the-hardware"
+GUIDE_SLURM_DRAIN = _GUIDE + "slurm.md#drained-and-down-nodes"
+GUIDE_SLURM_SLURMD = _GUIDE + "slurm.md#what-slurmd-reports"
+GUIDE_SLURM_MIG = _GUIDE + "slurm.md#mig-slices-in-slurm"
+GUIDE_SLURM_AUTODETECT = _GUIDE + "slurm.md#autodetect"
+
+# Kubernetes, NVIDIA's device plugin and GPU Feature Discovery, and the field guide's page on
+# what gpuaudit checks of the cluster's view.
+K8S_SCHEDULING_GPUS = "https://kubernetes.io/docs/tasks/manage-gpus/scheduling-gpus/"
+K8S_TAINTS = "https://kubernetes.io/docs/concepts/scheduling-eviction/taint-and-toleration/"
+K8S_DRAIN = "https://kubernetes.io/docs/tasks/administer-cluster/safely-drain-node/"
+NVIDIA_DEVICE_PLUGIN = "https://github.com/NVIDIA/k8s-device-plugin"
+NVIDIA_GFD_LABELS = (
+    "https://github.com/NVIDIA/k8s-device-plugin/blob/main/docs/gpu-feature-discovery/"
+    "README.md#generated-labels"
+)
+GPU_OPERATOR_MIG = (
+    "https://docs.nvidia.com/datacenter/cloud-native/gpu-operator/latest/gpu-operator-mig.html"
+)
+GUIDE_KUBE_VIEW = _GUIDE + "kubernetes.md#how-gpuaudit-reads-the-cluster"
+GUIDE_KUBE_MAPPING = _GUIDE + "kubernetes.md#nodes-and-hosts"
+GUIDE_KUBE_COUNTS = _GUIDE + "kubernetes.md#advertised-gpus-and-healthy-gpus"
+GUIDE_KUBE_LABELS = _GUIDE + "kubernetes.md#gpu-feature-discovery-labels"
+GUIDE_KUBE_DEPRECATED = _GUIDE + "kubernetes.md#current-and-deprecated-labels"
+GUIDE_KUBE_MIG = _GUIDE + "kubernetes.md#mig-strategy-and-layout"
+GUIDE_KUBE_DRAIN = _GUIDE + "kubernetes.md#cordons-taints-and-drains"
+
+# DCGM's active diagnostic (dcgmi diag), and the field guide's page on running it in the audit.
+DCGM_DIAGNOSTICS = "https://docs.nvidia.com/datacenter/dcgm/latest/user-guide/dcgm-diagnostics.html"
+DCGM_DIAG_ERRORS = (
+    "https://docs.nvidia.com/datacenter/dcgm/latest/reference/diagnostics/errors.html"
+)
+GUIDE_DIAG_LEVELS = _GUIDE + "dcgm-diag.md#levels-and-how-long-they-take"
+GUIDE_DIAG_BUSY = _GUIDE + "dcgm-diag.md#never-on-a-busy-gpu"
+GUIDE_DIAG_FAILURES = _GUIDE + "dcgm-diag.md#reading-a-failed-test"
+GUIDE_DIAG_SETUP = _GUIDE + "dcgm-diag.md#when-the-diagnostic-cannot-run"
 
 # How gpuaudit reports what it could not check (docs/audit-coverage.md).
 DOCS_PARTIAL_FAILURE = "docs/audit-coverage.md#partial-failure-is-data"

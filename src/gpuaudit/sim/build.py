@@ -27,7 +27,7 @@ PROFILE_KEYS = {
     "description", "vendor", "gpu_model", "xml", "gpu_count", "bus_ids", "driver", "cuda",
     "topology", "nvswitches", "dcgm", "gpu", "gpus", "kernel_log", "services", "packages_held",
     "sysctls", "device_nodes", "faults", "os", "kernel", "rocm_json", "hostname", "groups",
-    "lspci", "nvlink", "repository", "xml_values",
+    "lspci", "nvlink", "repository", "xml_values", "slurm", "dcgm_exporter", "dcgm_diag",
 }  # fmt: skip
 GPU_KEYS = {
     "persistence_mode", "remapped_rows", "pcie", "clock_reasons", "utilization",
@@ -92,10 +92,32 @@ def build_state(name: str, profile: dict[str, Any]) -> State:
     else:
         raise ProfileError(f"{name}: unknown vendor {vendor!r}")
     state["services"] = _build_services(profile, state)
+    from gpuaudit.sim.exporter import build_exporter
+
+    try:
+        state["dcgm_exporter"] = build_exporter(profile, state)
+    except ValueError as exc:
+        raise ProfileError(f"{name}: {exc}") from exc
+    from gpuaudit.sim.dcgmi import build_answers, has_dcgm
+
+    if has_dcgm(state):
+        try:
+            state["dcgm_diag"] = build_answers(name, profile.get("dcgm_diag"))
+        except ValueError as exc:
+            raise ProfileError(str(exc)) from exc
+    elif "dcgm_diag" in profile:
+        raise ProfileError(f"{name}: dcgm_diag needs DCGM (the nvidia-dcgm service)")
     state["packages"], state["holds"] = _build_packages(profile, state)
     state["repository"] = _build_repository(profile, state)
     state["device_nodes"] = _build_device_nodes(profile, state)
     state["kernel_log"] = _build_kernel_log(name, profile, state)
+    if "slurm" in profile:
+        from gpuaudit.sim.slurm import build_slurm
+
+        try:
+            state["slurm"] = build_slurm(state["hostname"], profile["slurm"])
+        except ValueError as exc:
+            raise ProfileError(str(exc)) from exc
     sync_persistence(state)
     for gpu in state.get("nvidia", {}).get("gpus", []):
         if "persistence_mode" in gpu.get("overrides", {}):

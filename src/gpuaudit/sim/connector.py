@@ -75,7 +75,10 @@ if TYPE_CHECKING:
 
 # The collector's own nonce line: the only command a read-only host runs.
 _COLLECTOR_NONCE = re.compile(r'^N="\$\{GPUAUDIT_NONCE:-([A-Za-z0-9]{4,64})\}"$', re.M)
-_COLLECTOR_TIMEOUT = re.compile(r"\AGPUAUDIT_TIMEOUT=\d+\n")
+# The settings GpuAuditSections.command puts before the script (numbers only).
+_COLLECTOR_TIMEOUT = re.compile(
+    r"\A(?:GPUAUDIT_TIMEOUT=\d+\n)?(?:GPUAUDIT_DCGM_DIAG=\d+\n(?:GPUAUDIT_DCGM_DIAG_TIMEOUT=\d+\n)?)?"
+)
 _PRIVILEGE_ARGUMENTS = (
     "_sudo", "_sudo_user", "_use_sudo_login", "_sudo_password", "_preserve_sudo_env",
     "_su_user", "_use_su_login", "_su_shell", "_preserve_su_env", "_su_password",

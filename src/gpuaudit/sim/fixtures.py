@@ -11,7 +11,10 @@ import re
 from pathlib import Path
 
 DATA_DIR = Path(__file__).resolve().parent / "data"
-KINDS = ("nvidia-smi-xml", "topo", "kernel-log", "mig", "rocm-smi")
+KINDS = (
+    *("nvidia-smi-xml", "topo", "kernel-log", "mig", "rocm-smi", "slurm", "monitoring"),
+    "dcgm-diag",
+)
 
 # PCI addresses as the NVIDIA kernel module prints them: "PCI:0000:3b:00" in XID lines and
 # "GPU at PCI:0000:3b:00: GPU-<uuid>", "0000:01:00.0" in older "fallen off the bus" lines.

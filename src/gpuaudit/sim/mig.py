@@ -135,6 +135,22 @@ def render_lgi(rows: list[tuple[int, dict[str, Any], MigProfile]]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def render_lgipp(gpu_indexes: list[int], product: str) -> str:
+    """``mig -lgipp``: each profile's possible placements, GPU by GPU, in the line layout of a
+    real capture (tests/fixtures/mig/alizeechen-h100-nvl-mig-lgipp.txt): "Placements:" where
+    there are several starts, "Placement :" where there is one."""
+    lines = []
+    for index in gpu_indexes:
+        for profile in profiles_for(product):
+            label = "Placements:" if len(profile.starts) > 1 else "Placement :"
+            starts = ",".join(str(start) for start in profile.starts)
+            lines.append(
+                f"GPU {index:>2} Profile ID {profile.profile_id:>2} {label} "
+                f"{{{starts}}}:{profile.memory_slices}"
+            )
+    return "\n".join(lines) + "\n"
+
+
 def render_lci(rows: list[tuple[int, dict[str, Any], dict[str, Any], MigProfile]]) -> str:
     lines = _LCI_HEADER.splitlines()
     separator = lines[0]

@@ -1,7 +1,8 @@
 """The simulated ``nvidia-smi``: queries answered from real captures, changes kept in the state.
 
 Simulated: ``-q -x`` (``-i``), ``-L``, ``--query-gpu=… --format=csv[,noheader][,nounits]``,
-``--query-compute-apps=…``, ``topo -m``, ``mig -lgi | -lci | -cgi … [-C] | -cci | -dci | -dgi``,
+``--query-compute-apps=…``, ``topo -m``, ``mig -lgi | -lci | -lgipp | -cgi … [-C] | -cci |
+-dci | -dgi``,
 ``-pm 0|1``, ``-mig 0|1``, ``-r``. Anything else exits 2 with a message naming the simulator, so
 a test that needs more fails loudly instead of parsing a made-up answer. Messages are the
 driver's own words.
@@ -66,6 +67,7 @@ _FLAG_OPTIONS = {
     "-q": "query", "--query": "query", "-x": "xml", "--xml-format": "xml", "-L": "list",
     "--list-gpus": "list", "-r": "reset", "--gpu-reset": "reset", "-m": "matrix",
     "--matrix": "matrix", "-lgi": "lgi", "--list-gpu-instances": "lgi", "-lci": "lci",
+    "-lgipp": "lgipp", "--list-gpu-instance-possible-placements": "lgipp",
     "--list-compute-instances": "lci", "-C": "default_ci", "--default-compute-instance":
     "default_ci", "-dci": "dci", "--destroy-compute-instance": "dci", "-dgi": "dgi",
     "--destroy-gpu-instance": "dgi", "-h": "help", "--help": "help", "-s": "status",

@@ -31,13 +31,22 @@ NO_CI = "No compute instances found: Not Found"
 
 
 def run_mig(opts: dict[str, Any], state: State, state_path: Path) -> int:
-    actions = [key for key in ("lgi", "lci", "cgi", "cci", "dci", "dgi") if key in opts]
-    extra = set(opts) - {"lgi", "lci", "cgi", "cci", "dci", "dgi", "id", "gi", "ci", "default_ci"}
+    names = ("lgi", "lci", "lgipp", "cgi", "cci", "dci", "dgi")
+    actions = [key for key in names if key in opts]
+    extra = set(opts) - {*names, "id", "gi", "ci", "default_ci"}
     if len(actions) != 1 or extra:
         raise Usage("nvidia-smi (gpuaudit simulator): this mig invocation is not simulated")
     action = actions[0]
     if action in ("lgi", "lci"):
         return _list(action, opts, state)
+    if action == "lgipp":
+        gpus = mig_gpus(state, opts.get("id"))
+        if not gpus:
+            print(NO_MIG)
+            return RC_NOT_FOUND
+        product = state["nvidia"]["product"]
+        sys.stdout.write(mig_model.render_lgipp([gpu["index"] for gpu in gpus], product))
+        return 0
     with edit_state(state_path) as current:
         gpus = mig_gpus(current, opts.get("id"))
         if not gpus:

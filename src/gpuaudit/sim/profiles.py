@@ -54,6 +54,29 @@ _UNDER_LOAD = {
 _CHIA = "issue-chia-gigahorse-301-xid31-ce2-priv-violation-xid62-xid45-dmesg.log"
 
 
+def _slurm_node(
+    fields: dict[str, str], drop: tuple[str, ...] | list[str] = (), gres_conf: dict | None = None
+) -> dict[str, Any]:
+    """A Slurm view (sim/slurm.py) from real captures: the drained RTX 3090 node record of
+    awslabs/awsome-distributed-ai#195 with this host's fields, slurmd -C of an H100 node, and
+    an 8-line static gres.conf (words replaced by ``gres_conf``) that slurmd -G echoes."""
+    spec: dict[str, Any] = {
+        "node": {
+            "fixture": "awsome-distributed-ai-195-rtx3090-idle-drain-gres-lower.txt",
+            "set": fields,
+            "drop": list(drop),
+        },
+        "slurmd_c": {"fixture": "ansible-slurm-appliance-pr656-h100.txt"},
+    }
+    if gres_conf is not None:
+        spec["gres_conf"] = {
+            "fixture": "slinky-operator-101-8x-h100-file-lines.conf",
+            "replace": gres_conf,
+        }
+        spec["slurmd_g"] = {"fixture": "ansible-slurm-appliance-docs-mig-h100-wrapped.txt"}
+    return spec
+
+
 def _a100(**extra: Any) -> dict[str, Any]:
     profile: dict[str, Any] = {
         "gpu_model": "NVIDIA A100-SXM4-80GB",
@@ -244,12 +267,27 @@ PROFILES: dict[str, dict[str, Any]] = {
                 "xid": {"from": 62, "to": 79, "message": "GPU has fallen off the bus."},
             },
         ],
+        # A static gres.conf still names /dev/nvidia5: Slurm schedules 8 GPUs on 7.
+        slurm=_slurm_node(
+            {"Gres": "gpu:a100:8", "State": "IDLE", "CfgTRES": "cpu=8,mem=1M,billing=8,gres/gpu=8"},
+            drop=["Reason"],
+            gres_conf={"h100": "a100"},
+        ),
     ),
     "v100-01": _v100(description="2× Tesla V100-PCIE-32GB, healthy"),
     "v100-02": _v100(
         description="kernel module not loaded (DKMS did not build for the new kernel)",
         kernel="5.4.0-187-generic",
         faults={"driver_not_loaded": {}},
+        # slurmd found no GPU without its driver: slurmctld drained the node.
+        slurm=_slurm_node(
+            {
+                "Gres": "gpu:v100:2",
+                "CfgTRES": "cpu=8,mem=1M,billing=8,gres/gpu=2",
+                "Reason": "gres/gpu count reported lower than configured (0 < 2) "
+                "[slurm@2024-12-19T11:03:34]",
+            }
+        ),
     ),
     "t4-01": _t4(description="Tesla T4, healthy"),
     "t4-02": _t4(
@@ -262,8 +300,18 @@ PROFILES: dict[str, dict[str, Any]] = {
         faults={"nvidia_smi_missing": {}},
     ),
     "a10g-01": _a10g(
-        description="XID storm: 629 kernel-log lines of XID 13 and 43",
+        description="XID storm: 629 kernel-log lines of XID 13 and 43; its dcgm-exporter "
+        "counters file exports no XID and no ECC field",
         faults={"xid_storm": {"gpu": 0}},
+        # A site's own six-field counters file (a GCP L4 host's, tests/fixtures/monitoring).
+        dcgm_exporter={
+            "counters": "dojangkok-l4-default-counters.csv",
+            "argv": [
+                "/usr/local/bin/dcgm-exporter",
+                "-f",
+                "/etc/dcgm-exporter/default-counters.csv",
+            ],
+        },
     ),
     "a10g-02": _a10g(description="unreachable", faults={"unreachable": {}}),
     "p100-01": _single(
@@ -319,9 +367,19 @@ PROFILES: dict[str, dict[str, Any]] = {
     "a10g-truncated": _a10g(
         description="nvidia-smi -q -x stops half way", faults={"truncated_xml": {"fraction": 0.5}}
     ),
+    # dcgmi diag answers from real failing runs (sim/dcgmi.py): -r 1 -j with the stress test
+    # failed on GPUs 0, 2 and 3 and the memory test skipped on GPU 0 (ECC off), -r 3 as the
+    # table of a run whose memory test failed on every GPU.
+    "a100-diag-fail": _a100(
+        description="DCGM diagnostic fails (per-GPU stress failures, memory failure)",
+        dcgm_diag={
+            1: ["dcgm-testdiagmanager-per-gpu-fail-skip.json"],
+            3: ["nccl-tests-264-h100x8-r3-memory-fail-dcgm338.txt"],
+        },
+    ),
 }
 
-_NOT_IN_DEMO = ("t4-hang", "a10g-truncated")
+_NOT_IN_DEMO = ("t4-hang", "a10g-truncated", "a100-diag-fail")
 DEMO_FLEET: tuple[str, ...] = tuple(name for name in PROFILES if name not in _NOT_IN_DEMO)
 
 

@@ -102,6 +102,13 @@ def sync_root(state: State, root: Path) -> None:
     for key, value in state.get("sysctls", {}).items():
         _write(sysctl_path(root, key), f"{value}\n")
     _sync_device_nodes(state, root / "dev")
+    from gpuaudit.sim.exporter import sync_exporter
+
+    sync_exporter(state, root)
+    if "slurm" in state:
+        from gpuaudit.sim.slurm import write_slurm_files
+
+        write_slurm_files(state, root)
 
 
 def boot_time(state: State) -> int:

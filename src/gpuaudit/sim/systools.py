@@ -113,7 +113,12 @@ def run_systemctl(argv: list[str], state_path: Path) -> int:
         return run_reboot(units, state_path)
     if verb in ("start", "stop", "restart", "reload", "enable", "disable"):
         with edit_state(state_path) as state:
-            return _change_units(verb, units, state, "--now" in argv)
+            rc = _change_units(verb, units, state, "--now" in argv)
+            if state.get("dcgm_exporter"):
+                from gpuaudit.sim.exporter import after_systemctl
+
+                after_systemctl(verb, units, "--now" in argv, state, state_path)
+            return rc
     if verb == "status":
         state = load_state(state_path)
         rc = 0

@@ -42,6 +42,9 @@ TOOLS: dict[str, tuple[str, str]] = {
     "rocm-smi": ("gpuaudit.sim.devtools", "run_rocm_smi"),
     "stat": ("gpuaudit.sim.devtools", "run_stat"),
     "sysctl": ("gpuaudit.sim.sysctl", "run_sysctl"),
+    "scontrol": ("gpuaudit.sim.slurm", "run_scontrol"),
+    "slurmd": ("gpuaudit.sim.slurm", "run_slurmd"),
+    "dcgmi": ("gpuaudit.sim.dcgmi", "run"),
 }
 
 # Shims that hand uses they do not simulate to the real tool (stat of an ordinary file).
@@ -55,6 +58,8 @@ SIM_OWNED: frozenset[str] = (frozenset(TOOLS) - PASSTHROUGH) | frozenset(
         "rmmod", "insmod", "nvidia-modprobe", "nvidia-persistenced", "nvidia-debugdump",
         "nvidia-bug-report.sh", "nv-hostengine", "dcgmi", "nvidia-ctk", "poweroff", "halt",
         "init", "telinit", "kexec", "systemd-run", "mknod", "udevadm",
+        # Slurm: a simulated host is a Slurm node only where its profile says so.
+        "sinfo", "squeue", "sbatch", "srun", "salloc", "sacct", "slurmctld", "munged",
     }
 )  # fmt: skip
 
@@ -67,6 +72,11 @@ def shims_for(state: dict[str, Any]) -> list[str]:
         names.discard("nvidia-smi")
     if "amd" not in state:
         names.discard("rocm-smi")
+    if "slurm" not in state:
+        names -= {"scontrol", "slurmd"}
+    # DCGM's CLI comes with its service (nvidia-dcgm): hosts without DCGM have no dcgmi.
+    if "nvidia" not in state or "nvidia-dcgm" not in (state.get("services") or {}):
+        names.discard("dcgmi")
     return sorted(names)
 
 
