@@ -16,7 +16,7 @@ import signal
 import subprocess
 import sys
 import unicodedata
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path
@@ -61,6 +61,11 @@ _CLOSE_RUN = (
     "import pyinfra_cli, sys\n"
     "from gpuaudit.deploy import close_run_main\n"
     "sys.exit(close_run_main(sys.argv[1:]))\n"
+)
+_LIST_HOSTS = (
+    "import pyinfra_cli, sys\n"
+    "from gpuaudit.deploy import list_hosts_main\n"
+    "sys.exit(list_hosts_main(sys.argv[1:]))\n"
 )
 # Seconds pyinfra gets to end after SIGTERM before its group is killed; and the second process
 # for a run that was interrupted (it connects nothing) or ended (it connects once more).
@@ -126,11 +131,44 @@ class AuditRun:
     run: RunDir
     pyinfra_argv: list[str]
     env: dict[str, str]
+    shards: int = 1
 
     def audit(self) -> RunEnd | None:
-        """Run the audit; how it ended when pyinfra wrote no register (None: it did)."""
+        """Run the audit; how it ended when pyinfra wrote no register (None: it did). A
+        sharded run always ends so: its register is written once, by :meth:`close`."""
+        if self.shards > 1:
+            return RunEnd(exit_status=self._run_shards())
         status = _run_pyinfra([sys.executable, "-m", "pyinfra", *self.pyinfra_argv], self.env)
         return None if self.run.register_path.exists() else RunEnd(exit_status=status)
+
+    def shard_commands(self) -> list[tuple[list[str], dict[str, str]]]:
+        """The pyinfra command line and environment of each shard: the run's hosts (pyinfra's
+        own reading of the inventory and --limit) dealt round-robin into disjoint parts, each
+        part one --limit per host, each shard collecting only (``GPUAUDIT_SHARD``)."""
+        listed = subprocess.run(
+            [sys.executable, "-c", _LIST_HOSTS, *self.pyinfra_argv],
+            env=self.env,
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        if listed.returncode != 0:
+            sys.stderr.write(listed.stderr)
+            return []
+        names = [line.split("\t", 1)[1] for line in listed.stdout.splitlines() if "\t" in line]
+        parts = [names[i :: self.shards] for i in range(self.shards)]
+        options = [a for a in self.pyinfra_argv[:-2] if not a.startswith("--limit=")]
+        inventory, operation = self.pyinfra_argv[-2:]
+        commands = []
+        for number, part in enumerate((p for p in parts if p), 1):
+            limits = [f"--limit={name}" for name in part]
+            command = [sys.executable, "-m", "pyinfra", *options, *limits, inventory, operation]
+            commands.append((command, {**self.env, "GPUAUDIT_SHARD": f"{number}/{self.shards}"}))
+        return commands
+
+    def _run_shards(self) -> int:
+        """Run every shard at once; the worst exit status. Stopped, every shard is stopped."""
+        return run_shards(self.shard_commands())
 
     def close(self, end: RunEnd) -> None:
         """Write the register of a run pyinfra ended early: the second pyinfra process, and
@@ -144,6 +182,28 @@ class AuditRun:
         if not self.run.register_path.exists() and self.run.snapshot_files():
             with suppress(ValueError, OSError):  # said once, by the caller: no register
                 rebuild(self.run, previous=self.env.get("GPUAUDIT_PREVIOUS"))
+
+
+def run_shards(commands: Sequence[tuple[list[str], Mapping[str, str]]]) -> int:
+    """Run each (command, environment) at once, each pyinfra in a process group of its own;
+    return the worst exit status (0 when there is none). :class:`_Stopped` stops them all."""
+    children = [
+        subprocess.Popen(command, env=env, stdin=subprocess.DEVNULL, start_new_session=True)
+        for command, env in commands
+    ]
+    try:
+        return max((child.wait() for child in children), default=0)
+    except _Stopped:
+        for child in children:
+            with suppress(ProcessLookupError):
+                os.killpg(child.pid, signal.SIGTERM)
+        for child in children:
+            with suppress(subprocess.TimeoutExpired):
+                child.wait(_STOP_GRACE_S)
+            with suppress(ProcessLookupError):
+                os.killpg(child.pid, signal.SIGKILL)
+            child.wait()
+        raise
 
 
 def _pyinfra_argv(args: argparse.Namespace) -> list[str]:
@@ -185,7 +245,7 @@ def cmd_audit(args: argparse.Namespace) -> int:
         env["GPUAUDIT_PREVIOUS"] = str(Path(args.previous).resolve())
     if args.fail_on:
         env["GPUAUDIT_FAIL_ON"] = args.fail_on
-    audit = AuditRun(run, _pyinfra_argv(args), env)
+    audit = AuditRun(run, _pyinfra_argv(args), env, shards=args.shards)
     with _stop_on_signals():
         try:
             end = audit.audit()

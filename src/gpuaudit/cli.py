@@ -214,6 +214,16 @@ def risk_text(register: Register, code: str) -> str | None:
     return "\n".join(printable(line) for line in lines) + "\n"
 
 
+def _shard_count(text: str) -> int:
+    try:
+        count = int(text)
+    except ValueError:
+        count = 0
+    if not 1 <= count <= 256:
+        raise argparse.ArgumentTypeError(f"--shards takes a number from 1 to 256, not {text!r}")
+    return count
+
+
 def cmd_explain(args: argparse.Namespace) -> int:
     text = explain_text(args.code)
     if text is None:
@@ -303,6 +313,9 @@ def build_parser() -> argparse.ArgumentParser:
                        help="read the nodes with kubectl and this kubeconfig")  # fmt: skip
     audit.add_argument("--kube-context", metavar="NAME", default=None,
                        help="… and this context (alone: kubectl's default kubeconfig)")  # fmt: skip
+    audit.add_argument("--shards", type=_shard_count, default=1, metavar="N",
+                       help="run N pyinfra processes over disjoint parts of the inventory, "
+                       "into one run directory and one register")  # fmt: skip
     audit.set_defaults(func=cmd_audit)
 
     report = sub.add_parser(

@@ -348,7 +348,9 @@ def write_register(state: State, host: Host, run: RunDir, policy: Policy | None 
 
 
 def audit() -> None:
-    """Queue the audit for the current host (call from a deploy file)."""
+    """Queue the audit for the current host (call from a deploy file). In a shard of a
+    sharded run (``GPUAUDIT_SHARD``) the host is only collected: ``gpuaudit audit`` writes the
+    register once, after every shard."""
     policy = current_policy()  # first: a policy that cannot be used leaves no run directory
     run = current_run()
     python.call(
@@ -356,6 +358,8 @@ def audit() -> None:
         function=collect_host,
         run=run,
     )
+    if os.environ.get("GPUAUDIT_SHARD"):
+        return
     python.call(
         name="gpuaudit: write the risk register",
         function=write_register,
@@ -404,6 +408,19 @@ def close_run_main(argv: Sequence[str]) -> int:
         for other in state.inventory:
             if other.connected:
                 other.disconnect()
+    return 0
+
+
+def list_hosts_main(argv: Sequence[str]) -> int:
+    """Print the name of every host a run's pyinfra command line (``argv``) selects, one
+    ``host<TAB>NAME`` line each, in inventory order (the hosts a sharded run splits); 2 when
+    pyinfra refuses the command line."""
+    state = _inventory_state(list(argv))
+    if state is None:
+        return 2
+    for host in state.inventory:
+        if state.is_host_in_limit(host):
+            print(f"host\t{host.name}")
     return 0
 
 

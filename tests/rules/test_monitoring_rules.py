@@ -180,3 +180,20 @@ def test_unreadable_rules_file_is_not_evaluated(tmp_path, make_host):
     policy = _policy(tmp_path, "{alert_rules: bad.yml}")
     outcome = next(o for o in assess([make_host()], policy).outcomes if o.rule == "GA924")
     assert outcome.outcome is Outcome.NOT_EVALUATED and "no 'groups' list" in outcome.reason
+
+
+def test_a_run_keeps_the_sites_rules_file_so_a_rebuild_judges_alerts_the_same(tmp_path, make_host):
+    site = tmp_path / "site"
+    (site / "alerts").mkdir(parents=True)
+    (site / "alerts" / "gpu.yml").write_text(
+        (FIXTURES / "gpu-observability-alerts.yml").read_text()
+    )
+    policy = _policy(site, "{alert_rules: alerts/gpu.yml}")
+    run = tmp_path / "run"
+    copied = load_policy(policy.copy_to(run))  # what gpuaudit report RUN reads
+    assert (run / "alerts" / "gpu.yml").read_bytes() == (site / "alerts" / "gpu.yml").read_bytes()
+    (before,) = [f for f in evaluate([make_host()], policy) if f.rule == "GA924"]
+    (after,) = [f for f in evaluate([make_host()], copied) if f.rule == "GA924"]
+    # The same verdict, on the run's copy of the file.
+    assert after.evidence.actual == before.evidence.actual
+    assert after.message == before.message.replace(str(site), str(run))

@@ -207,4 +207,27 @@ class Policy:
             text = text[:start] + MIG_PARTED_COPY + text[end:]
             (directory / MIG_PARTED_COPY).write_text(self.mig_parted_text, encoding="utf-8")
         (directory / POLICY_FILE).write_text(text, encoding="utf-8")
+        for written, resolved in self._alert_rule_files():
+            # A site rules file named below the policy's directory is copied to the same
+            # place below the run's, so the copy resolves it too; others are read where they
+            # are (GA924 says so when one is gone).
+            relative = Path(written)
+            if relative.is_absolute() or ".." in relative.parts or not resolved.is_file():
+                continue
+            target = directory / relative
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_bytes(resolved.read_bytes())
         return directory / POLICY_FILE
+
+    def _alert_rule_files(self) -> list[tuple[str, Path]]:
+        """(as written, resolved) for each alert rules file the defaults and groups name."""
+        layers = [self.defaults, *(settings for _name, settings in self.groups)]
+        found = []
+        for layer in layers:
+            monitoring = layer.get("monitoring")
+            if not isinstance(monitoring, Mapping):
+                continue
+            written, resolved = monitoring.get("alert_rules"), monitoring.get("alert_rules_path")
+            if isinstance(written, str) and isinstance(resolved, str):
+                found.append((written, Path(resolved)))
+        return found
