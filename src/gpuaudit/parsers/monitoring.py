@@ -23,6 +23,7 @@ each trimmed of spaces; a line that does not is refused and dcgm-exporter does n
 from __future__ import annotations
 
 import csv
+import dataclasses
 import re
 
 from gpuaudit.model.snapshot import CounterField, CountersFile, ExporterProcess, MonitoringView
@@ -182,12 +183,5 @@ def _counters(pending: tuple[str, str, str | None, int | None], lines: list[str]
     parsed = parse_counters_csv("\n".join(lines), path, source)
     if truncated:
         warn(COUNTERS_SOURCE, f"{path} is {size} bytes: only its first 64 KiB were read")
-        return CountersFile(
-            path=parsed.path,
-            source=parsed.source,
-            fields=parsed.fields,
-            commented=parsed.commented,
-            malformed=parsed.malformed,
-            truncated=True,
-        )
+        return dataclasses.replace(parsed, truncated=True)
     return parsed

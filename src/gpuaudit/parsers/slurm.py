@@ -79,18 +79,8 @@ def parse_gres_list(text: str, source: str = SCONTROL) -> tuple[GresSpec, ...]:
     text = text.strip()
     if text in _NONE:
         return ()
-    entries: list[str] = []
-    depth, start = 0, 0
-    for i, char in enumerate(text):
-        if char == "(":
-            depth += 1
-        elif char == ")":
-            depth = max(0, depth - 1)
-        elif char == "," and depth == 0:
-            entries.append(text[start:i])
-            start = i + 1
-    entries.append(text[start:])
-    return tuple(spec for entry in entries if (spec := _gres_entry(entry.strip(), source)))
+    entries = _split_top(text, "()")
+    return tuple(spec for entry in entries if (spec := _gres_entry(entry, source)))
 
 
 def _gres_entry(entry: str, source: str) -> GresSpec | None:
@@ -195,12 +185,16 @@ def expand_files(spec: str) -> int:
     return total
 
 
-def _split_top(text: str) -> list[str]:
+def _split_top(text: str, brackets: str = "[]") -> list[str]:
+    """``text`` split at the commas outside ``brackets`` (an opening and a closing character:
+    ``gpu:a100:4(S:0-1),gpu:2`` with "()", ``nvidia[0-3],nvidia7`` with "[]"), each piece
+    stripped, empty ones left out."""
+    opening, closing = brackets[0], brackets[1]
     pieces, depth, start = [], 0, 0
     for i, char in enumerate(text):
-        if char == "[":
+        if char == opening:
             depth += 1
-        elif char == "]":
+        elif char == closing:
             depth = max(0, depth - 1)
         elif char == "," and depth == 0:
             pieces.append(text[start:i].strip())

@@ -47,6 +47,7 @@ from gpuaudit.rules import (
 )
 from gpuaudit.rules.audit import NOT_COLLECTED, judge, not_audited, rule_failed
 from gpuaudit.rules.base import (
+    FLEET_HOST,
     REGISTRY,
     CheckResult,
     Evaluation,
@@ -81,9 +82,6 @@ _RULE_MODULES = (
     monitoring,
     readiness,
 )
-
-# The host name a fleet rule's failure is filed under (it belongs to no single host).
-FLEET_HOST = "(fleet)"
 
 
 def all_rules() -> list[Rule]:
@@ -302,26 +300,16 @@ def _guarded(rule: Rule, host: str, run: Callable[[], Iterable[CheckResult]]) ->
 
 
 def _failure(rule: Rule, host: str, exc: Exception) -> Finding:
-    failed = rule_failed()
     tail = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__)[-3:])
-    return Finding(
-        rule=failed.code,
-        title=failed.title,
-        severity=failed.severity,
-        category=failed.category,
-        owner=failed.owner,
-        host=host,
-        message=f"Rule {rule.code} ({rule.title}) failed: {type(exc).__name__}: {exc}",
-        evidence=Evidence(
+    return rule_failed().finding_for(
+        host,
+        f"Rule {rule.code} ({rule.title}) failed: {type(exc).__name__}: {exc}",
+        Evidence(
             fact=rule.code,
             actual=f"{type(exc).__name__}: {exc}",
             expected="the rule evaluates",
             excerpt=tail.strip()[-2000:],
         ),
-        remediation=failed.remediation,
-        references=failed.references,
-        likelihood=failed.likelihood,
-        impact=failed.impact,
     )
 
 

@@ -17,6 +17,7 @@ could not judge (a layout it cannot count, a version it was not given).
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 import re
 from collections.abc import Callable, Iterable, Sequence
@@ -199,20 +200,49 @@ class Rule:
     ) -> Finding:
         """Make a finding of this rule for a host (and a GPU when given)."""
         gpu_rec = next((g for g in snap.gpus if g.index == gpu), None) if gpu is not None else None
+        return dataclasses.replace(
+            self.finding_for(
+                snap.host,
+                message,
+                evidence,
+                severity=severity,
+                remediation=remediation,
+                references=references,
+                likelihood=likelihood,
+                impact=impact,
+                owner=owner,
+            ),
+            gpu=gpu,
+            gpu_uuid=gpu_rec.uuid if gpu_rec else None,
+            gpu_name=gpu_rec.name if gpu_rec else None,
+        )
+
+    def finding_for(
+        self,
+        host: str,
+        message: str,
+        evidence: Evidence,
+        *,
+        severity: Severity | None = None,
+        remediation: str | None = None,
+        references: tuple[str, ...] = (),
+        likelihood: int | None = None,
+        impact: int | None = None,
+        owner: Owner | None = None,
+    ) -> Finding:
+        """Make a finding of this rule filed under ``host``, a name that need not be an
+        audited host's (:data:`FLEET_HOST` for what belongs to the fleet)."""
         return Finding(
             rule=self.code,
             title=self.title,
             severity=severity or self.severity,
             category=self.category,
             owner=owner or self.owner,
-            host=snap.host,
+            host=host,
             message=message,
             evidence=evidence,
             remediation=remediation or self.remediation,
             references=self.references + references,
-            gpu=gpu,
-            gpu_uuid=gpu_rec.uuid if gpu_rec else None,
-            gpu_name=gpu_rec.name if gpu_rec else None,
             likelihood=likelihood or self.likelihood,
             impact=impact or self.impact,
             operation=self.operation,
@@ -220,6 +250,9 @@ class Rule:
 
 
 REGISTRY: dict[str, Rule] = {}
+# The host name a finding that belongs to the fleet, not one host, is filed under (a node the
+# inventory lacks, the site's alert coverage, a fleet rule that failed).
+FLEET_HOST = "(fleet)"
 
 _CODE = re.compile(r"^GA\d{3}$")
 

@@ -12,11 +12,12 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from gpuaudit.model.snapshot import CountersFile, HostSnapshot, HostStatus, MonitoringView
+from gpuaudit.model.snapshot import CountersFile, HostSnapshot, MonitoringView
 from gpuaudit.parsers.prometheus_rules import PromRule
 from gpuaudit.rules import refs
 from gpuaudit.rules.audit import GPU_LIST, NOT_COLLECTED, section_need
 from gpuaudit.rules.base import (
+    FLEET_HOST,
     CheckResult,
     Evidence,
     Finding,
@@ -41,8 +42,6 @@ from gpuaudit.rules.monitoring_coverage import (
 MONITORING = section_need(
     "monitoring", "monitoring agents (dcgm-exporter, node_exporter)", lambda s: bool(s.monitoring)
 )
-# The host a fleet-wide finding is filed under (rules/__init__.py FLEET_HOST).
-FLEET_HOST = "(fleet)"
 
 
 def monitoring_settings(policy: Mapping[str, Any]) -> dict[str, Any]:
@@ -324,9 +323,8 @@ def alerts_missing(
     missing = [c for c in ALERT_CLASSES if not coverage[c.key]]
     if not missing:
         return
-    fleet = HostSnapshot(host=FLEET_HOST, status=HostStatus.OK, collected_at="")
-    yield rule.finding(
-        fleet,
+    yield rule.finding_for(
+        FLEET_HOST,
         f"{len(missing)} of {len(ALERT_CLASSES)} GPU failure classes have no alert in "
         f"{source}: {', '.join(c.title for c in missing)}.",
         Evidence(

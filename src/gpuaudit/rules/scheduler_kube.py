@@ -16,6 +16,7 @@ from gpuaudit.model.snapshot import HostSnapshot, HostStatus
 from gpuaudit.rules import refs
 from gpuaudit.rules.audit import GPU_LIST, NOT_COLLECTED
 from gpuaudit.rules.base import (
+    FLEET_HOST,
     CheckResult,
     Evidence,
     Finding,
@@ -48,8 +49,6 @@ from gpuaudit.rules.software import host_driver_version
 from gpuaudit.rules.versions import major_minor
 
 CATEGORY = "scheduler"
-# Where a finding about a node the inventory lacks is filed: it belongs to no audited host.
-_FLEET = "(fleet)"
 _REFS_VIEW = (refs.GUIDE_KUBE_VIEW, refs.GUIDE_KUBE_MAPPING)
 
 
@@ -583,25 +582,16 @@ def nodes_not_in_inventory(
     for node in ctx.cluster.nodes:
         if node.name in taken or not node.is_gpu_node:
             continue
-        yield Finding(
-            rule=rule.code,
-            title=rule.title,
-            severity=rule.severity,
-            category=rule.category,
-            owner=rule.owner,
-            host=_FLEET,
-            message=f"Node {node.name} ({_counts(advertised(node))}) is in the cluster "
+        yield rule.finding_for(
+            FLEET_HOST,
+            f"Node {node.name} ({_counts(advertised(node))}) is in the cluster "
             "but no inventory host maps to it: its GPUs are not audited.",
-            evidence=Evidence(
+            Evidence(
                 "kubernetes.nodes",
                 node.name,
                 "an inventory host",
                 _excerpt(node, "nvidia.com/gpu.product", "capacity"),
             ),
-            remediation=rule.remediation,
-            references=rule.references,
-            likelihood=rule.likelihood,
-            impact=rule.impact,
         )
 
 
