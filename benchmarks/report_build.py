@@ -9,7 +9,12 @@ then measures, in the same process and one after the other:
 
 and prints both (wall clock and CPU time), their ratio (build / load, on CPU time) and the sizes
 of what was written. The ratio is the number to watch: it does not depend on how fast the
-machine is, nor, being taken on CPU time, on what else runs on it. Run it with::
+machine is, nor, being taken on CPU time, on what else runs on it.
+
+Then peak memory, side by side: the snapshots' size on disk; tracemalloc's count of what the
+loaded snapshots hold (after load) and its peaks during (a) and (b); and the peak resident
+size (VmHWM) of a fresh child process doing only (a) against one doing (b), with the
+ratios build / load (Linux: read from /proc/self/status). Run it with::
 
     .venv/bin/python benchmarks/report_build.py                 # 10,000 hosts × 8 GPUs
     .venv/bin/python benchmarks/report_build.py --hosts 2000 --repeat 3
@@ -20,9 +25,11 @@ from __future__ import annotations
 import argparse
 import gc
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
+import tracemalloc
 from collections.abc import Callable
 from pathlib import Path
 from typing import TypeVar
@@ -60,8 +67,61 @@ def write_fleet(run: RunDir, hosts: int, gpus: int) -> int:
     return total
 
 
-def mib(size: int) -> str:
+def mib(size: float) -> str:
     return f"{size / 2**20:.1f} MiB"
+
+
+# VmHWM, not getrusage's ru_maxrss: Linux carries a forked child's ru_maxrss over from its
+# parent (this process, which holds a fleet), while VmHWM belongs to the exec'd program alone.
+_CHILD = """
+import sys
+from gpuaudit.pipeline import rebuild
+from gpuaudit.report.run import RunDir
+run = RunDir(sys.argv[2])
+snapshots = run.load_snapshots() if sys.argv[1] == "load" else rebuild(run)
+with open("/proc/self/status", encoding="ascii") as status:
+    print(next(int(line.split()[1]) * 1024 for line in status if line.startswith("VmHWM:")))
+"""
+
+
+def child_peak_rss(what: str, run: RunDir) -> int:
+    """Peak resident bytes of a fresh Python process doing only ``what`` (load or build)."""
+    done = subprocess.run(
+        [sys.executable, "-c", _CHILD, what, str(run.path)],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return int(done.stdout.split()[-1])
+
+
+def traced(fn: Callable[[], T]) -> tuple[int, int, T]:
+    """(bytes still allocated by ``fn``'s result, tracemalloc's peak during ``fn``, result)."""
+    gc.collect()
+    tracemalloc.start()
+    try:
+        result = fn()
+        held, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    return held, peak, result
+
+
+def memory(run: RunDir, snapshot_bytes: int) -> None:
+    held, load_peak, snapshots = traced(run.load_snapshots)
+    del snapshots
+    _, build_peak, _ = traced(lambda: rebuild(run))
+    load_rss, build_rss = child_peak_rss("load", run), child_peak_rss("build", run)
+    print("                 load       build      build / load")
+    print(f"snapshots  {mib(snapshot_bytes):>10}   on disk;  {mib(held)} in memory, as loaded")
+    print(
+        f"tracemalloc{mib(load_peak):>10} {mib(build_peak):>11} {build_peak / load_peak:8.1f} ×"
+        "  peak of Python allocations"
+    )
+    print(
+        f"peak RSS   {mib(load_rss):>10} {mib(build_rss):>11} {build_rss / load_rss:8.1f} ×"
+        "  peak resident size of a child process (interpreter and imports included)"
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -69,6 +129,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--hosts", type=int, default=10_000)
     parser.add_argument("--gpus", type=int, default=8, help="GPUs per host")
     parser.add_argument("--repeat", type=int, default=1, help="measure each this many times")
+    parser.add_argument("--no-memory", action="store_true", help="leave out the memory part")
     args = parser.parse_args(argv)
 
     with tempfile.TemporaryDirectory(prefix="gpuaudit-bench-") as tmp:
@@ -97,6 +158,12 @@ def main(argv: list[str] | None = None) -> int:
         for path in sorted(run.path.iterdir()):
             if path.is_file():
                 print(f"output     {path.name:<16} {mib(path.stat().st_size):>10}")
+        page = sorted((run.path / "page").glob("*.js")) if (run.path / "page").is_dir() else []
+        if page:
+            total = sum(p.stat().st_size for p in page)
+            print(f"output     page/*.js        {mib(total):>10}   host details, {len(page)} files")
+        if not args.no_memory:
+            memory(run, snapshot_bytes)
     return 0
 
 

@@ -35,7 +35,7 @@ KIND_BY_FOLDER: dict[str, str | dict[str, str]] = {
     "nvlink": "nvlink-status",
     "dcgm-diag": "dcgm-diag",
     "monitoring": {".csv": "dcgm-exporter-counters", ".yml": "prometheus-rules"},
-    "kubernetes": "kubernetes-node-labels",
+    "kubernetes": {"-labels": "kubernetes-node-labels", "-nodelist": "kubernetes-nodes"},
     # Slurm's outputs, one folder each.
     "gres-conf": "slurm-gres-conf",
     "scontrol-show-node": "slurm-node",
@@ -98,7 +98,6 @@ def test_every_kind_is_exercised_or_named() -> None:
         "gpuaudit-bundle",
         "gpuaudit-snapshot",
         "lookalike:biren-brsmi",  # no brsmi capture is at hand
-        "kubernetes-nodes",  # the captures are label sets; a node list is tested below
     }
 
 

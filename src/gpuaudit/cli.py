@@ -12,6 +12,8 @@ gpuaudit policy check FILE                       validate a site policy, show it
 gpuaudit alerts [--policy FILE] [--format rules|prometheusrule]
                                                  Prometheus alert rules from the policy
 gpuaudit collect-script                          print the collector for hosts audited offline
+gpuaudit collect-job slurm --bundle-dir DIR      print an sbatch job: a collector per node
+gpuaudit report --bundle-dir DIR                 build a run from a directory of bundles
 gpuaudit inspect FILE...                         recognise captured outputs, print their parse
 gpuaudit --version                               gpuaudit's and pyinfra's versions
 
@@ -49,16 +51,17 @@ from gpuaudit.report.run import RunDir, check_run_id, new_run_dir, os_error_text
 
 
 def _report_from_bundles(args: argparse.Namespace, policy: Policy | None) -> Path:
-    from gpuaudit.offline import snapshots_from_bundles
+    from gpuaudit.offline import bundle_dir_files, check_unique_hosts, store_snapshots
     from gpuaudit.report.provenance import bundle_scope, record_provenance
 
-    snapshots = snapshots_from_bundles(Path(p) for p in args.bundle)
+    paths = bundle_dir_files(args.bundle_dir) if args.bundle_dir else list(map(Path, args.bundle))
+    check_unique_hosts(paths)  # before the run directory exists
     run = new_run_dir(args.reports_dir, args.run_id)
-    for snapshot in snapshots:
-        run.write_snapshot(snapshot)
+    # One bundle at a time: each snapshot is on disk before the next bundle is read.
+    store_snapshots(paths, run.write_snapshot)
     if policy is not None:
         policy.copy_to(run.path)
-    record_provenance(run.path, bundle_scope(args.bundle), policy)
+    record_provenance(run.path, bundle_scope(paths, args.bundle_dir), policy)
     if args.kube_nodes:
         copy_into(run.path, args.kube_nodes)
     return write_report(
@@ -68,14 +71,17 @@ def _report_from_bundles(args: argparse.Namespace, policy: Policy | None) -> Pat
 
 def cmd_report(args: argparse.Namespace) -> int:
 
-    if bool(args.bundle) == bool(args.run_dir):
-        print("gpuaudit: give either a run directory or --bundle FILE...", file=sys.stderr)
+    if [bool(args.bundle), bool(args.bundle_dir), bool(args.run_dir)].count(True) != 1:
+        print(
+            "gpuaudit: give either a run directory or --bundle FILE... or --bundle-dir DIR",
+            file=sys.stderr,
+        )
         return 2
     policy = load_for_cli(args.policy) if args.policy else None
     if args.policy and policy is None:
         return 2
     try:
-        if args.bundle:
+        if args.bundle or args.bundle_dir:
             index = _report_from_bundles(args, policy)
         else:
             # The run keeps the policy its register was judged by: a new one replaces the copy.
@@ -328,6 +334,9 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="FILE",
         help="collector outputs (sh collect.sh > HOST.bundle) for a new run",
     )
+    report.add_argument("--bundle-dir", metavar="DIR", default=None,
+                        help="a directory of bundles (a collection job's), read one at a "
+                        "time; HOST.failed markers are failed hosts")  # fmt: skip
     _add_run_options(report, "--bundle runs")
     report.add_argument("--previous", metavar="RUN_DIR", default=None,
                         help="run to compare with (default: the newest earlier run)")  # fmt: skip
@@ -351,6 +360,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     script = sub.add_parser("collect-script", help="print the collector shell script")
     script.set_defaults(func=cmd_collect_script)
+    _add_collect_job(sub)
 
     add_policy_parser(sub)
     add_upgrade_parser(sub)
@@ -362,6 +372,119 @@ def build_parser() -> argparse.ArgumentParser:
     inspect.add_argument("files", nargs="+", metavar="FILE")
     inspect.set_defaults(func=cmd_inspect)
     return parser
+
+
+def _add_collect_job(sub: argparse._SubParsersAction) -> None:
+    """``gpuaudit collect-job ENGINE``: the job that runs the collector on every node through
+    the site's scheduler, one block per engine (each sets ``func``)."""
+    job = sub.add_parser(
+        "collect-job", help="print a scheduler job that collects every node into a shared dir"
+    )
+    engines = job.add_subparsers(dest="engine", required=True, metavar="ENGINE")
+
+    slurm = engines.add_parser(
+        "slurm",
+        help="an sbatch script: one collector per node (srun), bundles into --bundle-dir",
+        description="Print an sbatch script that runs the collector once on every node of "
+        "the job and leaves NODE.bundle (or NODE.failed) in a directory all nodes share. "
+        "Then: gpuaudit report --bundle-dir DIR. See docs/collect-with-slurm.md.",
+    )
+    slurm.add_argument("--bundle-dir", required=True, metavar="DIR",
+                       help="shared directory the nodes write their bundles into")  # fmt: skip
+    slurm.add_argument("-N", "--nodes", type=int, default=None,
+                       help="number of nodes (sbatch --nodes)")  # fmt: skip
+    slurm.add_argument("-w", "--nodelist", default=None,
+                       help="these nodes, e.g. gpu[001-128] (sbatch --nodelist)")  # fmt: skip
+    slurm.add_argument("-p", "--partition", default=None)
+    slurm.add_argument("-A", "--account", default=None)
+    slurm.add_argument("--reservation", default=None)
+    slurm.add_argument("--qos", default=None)
+    slurm.add_argument("--gres", default=None,
+                       help="e.g. gpu:8, where cgroups hide unrequested GPUs")  # fmt: skip
+    slurm.add_argument("-t", "--time", dest="time_limit", default=None,
+                       help="job time limit (sbatch --time; default 00:15:00)")  # fmt: skip
+    slurm.add_argument("-J", "--job-name", default=None)
+    slurm.add_argument("--exclusive", action="store_true",
+                       help="whole nodes, all their CPUs and GPUs (default: share)")  # fmt: skip
+    slurm.add_argument("--collector-timeout", type=int, default=None, metavar="SECONDS",
+                       help="bound on one node's collector run (default 600; 0: none)")  # fmt: skip
+    slurm.add_argument("--env", action="append", default=[], metavar="KEY=VALUE",
+                       help="set for the collector, e.g. GPUAUDIT_TIMEOUT=30")  # fmt: skip
+    slurm.add_argument("--sbatch", action="append", default=[], metavar="LINE",
+                       help="an extra #SBATCH line: --sbatch=--mem=1G")  # fmt: skip
+    slurm.add_argument("-o", "--output", default=None, metavar="FILE",
+                       help="write the script here (default: stdout)")  # fmt: skip
+    slurm.set_defaults(func=cmd_collect_job_slurm)
+
+    from gpuaudit.jobs import kubernetes
+
+    kube = engines.add_parser(
+        "kubernetes",
+        help="a DaemonSet manifest: the collector once on every GPU node, bundles in its log",
+        description="Print a Kubernetes manifest (Namespace, ConfigMap, DaemonSet) that runs "
+        "the collector once on every GPU node, read-only. Gather each pod's log into "
+        "DIR/NODE.bundle, then: gpuaudit report --bundle-dir DIR. See "
+        "docs/collect-with-kubernetes.md.",
+    )
+    kubernetes.add_arguments(kube)
+    kube.add_argument("-o", "--output", default=None, metavar="FILE",
+                      help="write the manifest here (default: stdout)")  # fmt: skip
+    kube.set_defaults(func=cmd_collect_job_kubernetes)
+
+
+def _write_job(text: str, output: str | None) -> int:
+    if output is None:
+        sys.stdout.write(text)
+        return 0
+    try:
+        Path(output).write_text(text, encoding="utf-8")
+    except OSError as error:
+        print(f"gpuaudit: cannot write {output}: {os_error_text(error)}", file=sys.stderr)
+        return 2
+    return 0
+
+
+def cmd_collect_job_kubernetes(args: argparse.Namespace) -> int:
+    from gpuaudit.jobs import kubernetes
+
+    try:
+        text = kubernetes.render_manifest(kubernetes.options_from_args(args))
+    except kubernetes.ManifestOptionError as error:
+        print(f"gpuaudit collect-job kubernetes: {error}", file=sys.stderr)
+        return 2
+    return _write_job(text, args.output)
+
+
+def cmd_collect_job_slurm(args: argparse.Namespace) -> int:
+    from gpuaudit.jobs import slurm
+
+    try:
+        env = tuple(_key_value(item) for item in args.env)
+        given = {
+            "nodes": args.nodes, "nodelist": args.nodelist, "partition": args.partition,
+            "account": args.account, "reservation": args.reservation, "qos": args.qos,
+            "gres": args.gres, "time_limit": args.time_limit, "job_name": args.job_name,
+            "collector_timeout_s": args.collector_timeout,
+        }  # fmt: skip
+        options = slurm.SlurmJobOptions(
+            bundle_dir=os.path.abspath(args.bundle_dir),  # the same path on every node
+            exclusive=args.exclusive,
+            collector_env=env,
+            extra_sbatch=tuple(args.sbatch),
+            **{k: v for k, v in given.items() if v is not None},
+        )
+        text = slurm.render_sbatch(options)
+    except ValueError as error:
+        print(f"gpuaudit: {error}", file=sys.stderr)
+        return 2
+    return _write_job(text, args.output)
+
+
+def _key_value(item: str) -> tuple[str, str]:
+    key, sep, value = item.partition("=")
+    if not sep:
+        raise ValueError(f"--env {item!r} is not KEY=VALUE")
+    return key, value
 
 
 def add_upgrade_parser(sub: argparse._SubParsersAction) -> None:

@@ -185,8 +185,16 @@ def test_only_ampere_needs_a_reset_and_only_then_do_holders_matter() -> None:
     ampere = plan([gpu(0)], "all-3g", stop=True, active_units=daemons)
     assert ampere.refusals == () and ampere.stop_units == daemons
     commands = plan_commands(ampere)
-    assert commands[0] == "systemctl stop nvidia-dcgm.service nvidia-persistenced.service"
-    assert commands[-2] == "systemctl start nvidia-persistenced.service nvidia-dcgm.service"
+    held = commands[0].splitlines()
+    assert held[:3] == [
+        "(",
+        "set -e",
+        "systemctl stop nvidia-dcgm.service nvidia-persistenced.service",
+    ]
+    # Started again whether or not the steps between succeeded.
+    restart = "systemctl start nvidia-persistenced.service nvidia-dcgm.service || ga_undo=1"
+    assert held.index(restart) > held.index(")")
+    assert commands[1] == verify_command(ampere) and len(commands) == 2
     unknown_drm = plan([gpu(0)], "all-3g", nvidia_drm=None, problems=("modules: no file",))
     assert unknown_drm.refusals[0].startswith("cannot tell whether nvidia_drm is loaded")
 

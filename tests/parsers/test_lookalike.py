@@ -228,3 +228,23 @@ def test_nvidia_and_amd_gpu_names_are_no_lookalike_names() -> None:
     ]
     assert len([n for n in names if n]) > 30
     assert [n for n in names if n and identify_name(n)] == []
+
+
+def test_the_literal_prefilter_never_hides_a_match() -> None:
+    """identify() searches a pattern only where the literals every match of it holds are in the
+    text (lookalike._NEEDLES): on every capture of every folder, wherever a pattern matches,
+    its literals are there, so skipping the search where one is missing loses nothing."""
+    from gpuaudit.parsers.lookalike import _NEEDLES, SCAN_CHARS
+
+    checked = 0
+    for path in sorted(FIXTURES.rglob("*")):
+        if not path.is_file() or path.suffix == ".md":
+            continue
+        head = path.read_bytes().decode("utf-8", "replace")[:SCAN_CHARS]
+        for pattern, needles in _NEEDLES.items():
+            match = pattern.search(head)
+            if match:
+                checked += 1
+                missing = [n for n in needles if n not in head]
+                assert not missing, f"{path.name}: {pattern.pattern!r} matches without {missing}"
+    assert checked >= 20  # the look-alike captures and the name fields of the GPU reports

@@ -369,3 +369,30 @@ def test_every_kind_on_every_field(run_dir: Path) -> None:
 def test_every_field_through_the_whole_report(tmp_path: Path) -> None:
     for number, mutation in enumerate(quick_mutations()):
         full_report(mutation, tmp_path / str(number))
+
+
+def test_a_snapshot_file_is_the_general_json_encoders_text_for_every_mutation(
+    run_dir: Path,
+) -> None:
+    """``HostSnapshot.to_json`` writes the model in one walk of its own (model/jsonable.py
+    ``to_json_text``): for every snapshot of the example fleet, and each of them as loaded
+    after every quick mutation (odd values kept, refused ones replaced), its text is exactly
+    ``json.dumps(to_jsonable(snapshot), indent=1)``."""
+    from gpuaudit.model.jsonable import to_jsonable
+
+    def same(snapshot: HostSnapshot) -> None:
+        try:
+            general = json.dumps(to_jsonable(snapshot), indent=1, allow_nan=False)
+        except ValueError as refused:  # a NaN the model kept: the fast path refuses it too
+            with pytest.raises(type(refused)):
+                snapshot.to_json()
+            return
+        assert snapshot.to_json() == general, snapshot.host
+
+    for name in documents():
+        same(load_snapshot_file(EXAMPLE / HOSTS_DIR / name))
+    for mutation in quick_mutations():
+        text, _original, _new = mutated_text(mutation)
+        path = run_dir / HOSTS_DIR / mutation.file
+        path.write_text(text, encoding="utf-8")
+        same(load_snapshot_file(path))

@@ -197,3 +197,39 @@ def test_a_run_keeps_the_sites_rules_file_so_a_rebuild_judges_alerts_the_same(tm
     # The same verdict, on the run's copy of the file.
     assert after.evidence.actual == before.evidence.actual
     assert after.message == before.message.replace(str(site), str(run))
+
+
+def test_rules_files_outside_the_policys_folder_are_copied_into_the_run_too(
+    tmp_path, make_host
+) -> None:
+    """A rules file named with .. or by an absolute path is copied into the run's alert-rules/
+    folder and the run's policy names the copy, so the rebuild no longer depends on it."""
+    shared = tmp_path / "shared"
+    (shared / "other").mkdir(parents=True)
+    rules = (FIXTURES / "gpu-observability-alerts.yml").read_text()
+    (shared / "gpu.yml").write_text(rules)
+    (shared / "other" / "gpu.yml").write_text(rules)  # same name, another file
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "policy.yaml").write_text(
+        "version: 1\n"
+        "defaults:\n  monitoring: {alert_rules: ../shared/gpu.yml}\n"
+        "groups:\n"
+        f"  a100:\n    monitoring:\n      alert_rules: {shared / 'other' / 'gpu.yml'}\n"
+    )
+    policy = load_policy(site / "policy.yaml")
+    run = tmp_path / "run"
+    copied_path = policy.copy_to(run)
+    assert sorted(p.name for p in (run / "alert-rules").iterdir()) == ["gpu-2.yml", "gpu.yml"]
+    text = copied_path.read_text()
+    assert 'alert_rules: "alert-rules/gpu.yml"' in text
+    assert 'alert_rules: "alert-rules/gpu-2.yml"' in text
+    assert str(shared) not in text
+    # The originals may go: the run's copy still judges alert coverage the same.
+    (before,) = [f for f in evaluate([make_host()], policy) if f.rule == "GA924"]
+    (shared / "gpu.yml").unlink()
+    (shared / "other" / "gpu.yml").unlink()
+    copied = load_policy(copied_path)
+    (after,) = [f for f in evaluate([make_host()], copied) if f.rule == "GA924"]
+    assert after.evidence.actual == before.evidence.actual
+    assert str(run / "alert-rules" / "gpu.yml") in after.message

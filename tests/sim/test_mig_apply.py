@@ -85,9 +85,15 @@ def test_a100_only_its_gpus_change_with_the_daemons_stopped_around(make_host: Ma
     ran, noops = apply_on(sim, HALF, "half", stop_services=True)
     assert [done.returncode for _, done in ran] == [0] * len(ran) and noops == []
     # dcgm-exporter (which needs nvidia-dcgm) holds the GPUs too.
-    assert ran[0][0] == (
+    # One command from stopping the daemons to starting them again, then the read-back.
+    assert len(ran) == 2
+    assert ran[0][0].splitlines()[2] == (
         "systemctl stop dcgm-exporter.service nvidia-dcgm.service nvidia-persistenced.service"
     )
+    assert (
+        "systemctl start nvidia-persistenced.service nvidia-dcgm.service "
+        "dcgm-exporter.service || ga_undo=1"
+    ) in ran[0][0].splitlines()
     assert layout(sim) == {0: {"3g.40gb": 2}, 1: {"3g.40gb": 2}}
     assert mig_modes(sim) == ["Enabled", "Enabled"] + ["Disabled"] * 6
     # Nothing held the GPUs any more: the driver's own reset applied the mode, none was issued.
@@ -141,9 +147,18 @@ def test_passthrough_gpu_waits_for_a_reboot_then_gets_its_partitions(make_host: 
     sim = make_host("a100-vm", profile)
     ran, _ = apply_on(sim, HALF, "half", stop_services=True)
     command, failed = ran[-1]
-    assert command.endswith("|| nvidia-smi -r -i 0") and failed.returncode == 3
-    assert failed.stdout == "Resetting GPU 00000000:07:00.0 is not supported.\n"
+    assert "|| nvidia-smi -r -i 0\n" in command and failed.returncode == 3
+    # The mode change's warning, then the refused reset, which ends the steps.
+    assert failed.stdout.splitlines()[0].startswith("Warning: MIG mode is in pending enable")
+    assert failed.stdout.endswith("All done.\nResetting GPU 00000000:07:00.0 is not supported.\n")
+    assert failed.stderr.splitlines()[-1] == (
+        "a MIG step failed (status 3); the daemons and persistence mode it had stopped were "
+        "started again"
+    )
     assert layout(sim) == {}  # no partitions, and no success reported
+    # The refused reset left nothing stopped: the daemons run again.
+    for unit in ("dcgm-exporter", "nvidia-dcgm", "nvidia-persistenced"):
+        assert run_on(sim, "systemctl", "is-active", unit).stdout == "active\n"
     # Ampere keeps the pending mode across the reboot; then only the partitions are missing.
     assert run_on(sim, "reboot").returncode == 0
     assert mig_modes(sim)[:2] == ["Enabled", "Enabled"]

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import base64
+import gzip
 import re
 import secrets
 from importlib.resources import files
@@ -13,6 +15,9 @@ _PROBE_PLACEHOLDER = "@NVML_PROBE@"
 # The probe travels as a quoted here-document: the shell expands nothing inside it, so the only
 # text it must not hold is a line equal to the terminator.
 _PROBE_TERMINATOR = "GA_NVML_PROBE_END"
+# What a packed command prints when the host cannot unpack it (no base64 or no gzip). It is
+# no collector framing: the bundle reader finds no header in it.
+UNPACK_UNAVAILABLE = "@@gpuaudit-collector-unpack unavailable: the host has no base64 or gzip@@"
 
 
 def new_nonce() -> str:
@@ -45,3 +50,44 @@ def _probe_for_heredoc() -> str:
     if _PROBE_TERMINATOR in probe.splitlines() or "@NONCE@" in probe:
         raise ValueError("nvml_probe.py holds text that would break the collector script")
     return probe
+
+
+def packed_command(script: str) -> str:
+    """``script`` as one shell command for a host across a network: the script travels
+    gzipped, in base64 (the collector is some 36 KiB of text, sent to every host: packed, a
+    third of that), and what it prints comes back in one piece.
+
+    The host unpacks the script in memory and runs it in the same shell (``eval``), so it is
+    still one remote command; a host without base64 or gzip prints :data:`UNPACK_UNAVAILABLE`
+    instead, and the caller sends the plain script. The output is held until the script ends
+    and then written at once: the SSH server sends it in a few full packets rather than one
+    per line, which is most of what reading it costs the controller. Nothing is lost by the
+    wait: a command stopped before its end gives pyinfra no output either way."""
+    payload = base64.b64encode(gzip.compress(script.encode("utf-8"), 9, mtime=0)).decode()
+    return (
+        "{ if command -v base64 >/dev/null 2>&1 && command -v gzip >/dev/null 2>&1; then\n"
+        f'eval "$(printf %s {payload} | base64 -d | gzip -dc)"\n'
+        "fi\n"
+        f"echo '{UNPACK_UNAVAILABLE}'\n"
+        "} | { ga_out=$(cat); printf '%s\\n' \"$ga_out\"; }\n"
+    )
+
+
+def unpacked_command(command: str) -> str | None:
+    """The script a :func:`packed_command` carries; None for any other command."""
+    match = _PACKED.fullmatch(command)
+    if match is None:
+        return None
+    try:
+        return gzip.decompress(base64.b64decode(match.group(1), validate=True)).decode("utf-8")
+    except (ValueError, OSError, EOFError):
+        return None
+
+
+_PACKED = re.compile(
+    r"\{ if command -v base64 >/dev/null 2>&1 && command -v gzip >/dev/null 2>&1; then\n"
+    r'eval "\$\(printf %s ([A-Za-z0-9+/=]+) \| base64 -d \| gzip -dc\)"\n'
+    r"fi\n"
+    rf"echo '{re.escape(UNPACK_UNAVAILABLE)}'\n"
+    r"\} \| \{ ga_out=\$\(cat\); printf '%s\\n' \"\$ga_out\"; \}\n"
+)

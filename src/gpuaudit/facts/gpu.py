@@ -12,8 +12,11 @@ from typing import Any
 
 from pyinfra.api import FactBase
 
-from gpuaudit.collect import collector_script, new_nonce
+from gpuaudit.collect import UNPACK_UNAVAILABLE, collector_script, new_nonce, packed_command
 from gpuaudit.parsers.bundle import parse_bundle
+
+# The fact's one problem when the host could not unpack a packed command: send it plain.
+NOT_UNPACKED = "the host could not unpack the packed collector (it has no base64 or gzip)"
 
 
 class GpuAuditSections(FactBase[dict[str, Any]]):
@@ -30,6 +33,10 @@ class GpuAuditSections(FactBase[dict[str, Any]]):
     section's ``rc`` and ``stderr``; the script itself always exits 0. Output is bounded on the
     host and again here (:mod:`gpuaudit.parsers.limits`): a cut section is ``truncated``, its
     stderr ends with where it was cut, and ``problems`` lists it.
+
+    ``packed=True`` sends the script gzipped (:func:`gpuaudit.collect.packed_command`), for
+    hosts across a network; a host that cannot unpack it gives ``problems ==
+    [NOT_UNPACKED]`` and no sections, and is asked again with the plain script.
     """
 
     @staticmethod
@@ -43,6 +50,7 @@ class GpuAuditSections(FactBase[dict[str, Any]]):
         command_timeout: int | None = None,
         dcgm_diag_level: int | None = None,
         dcgm_diag_timeout: int | None = None,
+        packed: bool = False,
     ) -> str:
         # A per-run nonce in the section markers keeps host output (kernel log lines, GPU
         # names) from ever being read as framing.
@@ -58,7 +66,10 @@ class GpuAuditSections(FactBase[dict[str, Any]]):
             settings += f"GPUAUDIT_DCGM_DIAG={int(dcgm_diag_level)}\n"
             if dcgm_diag_timeout is not None:
                 settings += f"GPUAUDIT_DCGM_DIAG_TIMEOUT={int(dcgm_diag_timeout)}\n"
-        return settings + script
+        return packed_command(settings + script) if packed else settings + script
 
     def process(self, output: list[str]) -> dict[str, Any]:
-        return parse_bundle(output).to_dict()
+        bundle = parse_bundle(output)
+        if not bundle.sections and any(line.strip() == UNPACK_UNAVAILABLE for line in output):
+            return {"complete": False, "problems": [NOT_UNPACKED], "sections": {}}
+        return bundle.to_dict()

@@ -83,12 +83,15 @@ class Finding:
         return self.likelihood * self.impact
 
     def to_dict(self) -> dict[str, Any]:
+        evidence = self.evidence
+        # ``_value_``: the member's value as a plain attribute (``.value`` goes through the
+        # enum's descriptor, measurably slower over a large fleet's findings).
         return {
             "rule": self.rule,
             "title": self.title,
-            "severity": self.severity.value,
+            "severity": self.severity._value_,
             "category": self.category,
-            "owner": self.owner.value,
+            "owner": self.owner._value_,
             "host": self.host,
             "gpu": self.gpu,
             "gpu_uuid": self.gpu_uuid,
@@ -98,10 +101,10 @@ class Finding:
             "impact": self.impact,
             "score": self.score,
             "evidence": {
-                "fact": self.evidence.fact,
-                "actual": _jsonable(self.evidence.actual),
-                "expected": _jsonable(self.evidence.expected),
-                "excerpt": self.evidence.excerpt,
+                "fact": evidence.fact,
+                "actual": _jsonable(evidence.actual),
+                "expected": _jsonable(evidence.expected),
+                "excerpt": evidence.excerpt,
             },
             "remediation": self.remediation,
             "operation": self.operation,
@@ -135,9 +138,27 @@ class Finding:
         )
 
 
+_PLAIN = (str, int, float, bool, type(None))
+
+
 def _jsonable(value: Any) -> Any:
-    if isinstance(value, (str, int, float, bool)) or value is None:
+    """``value`` as JSON can hold it: str, int, float, bool and None as they are (the common
+    case, checked by exact type first), mappings and sequences converted item by item, anything
+    else as its text."""
+    kind = type(value)
+    if kind in _PLAIN:
         return value
+    if kind is dict:
+        items = value.items()
+        if all(type(k) is str and type(v) in _PLAIN for k, v in items):
+            return dict(value)
+        return {str(k): _jsonable(v) for k, v in items}
+    if kind is list or kind is tuple:
+        if all(type(v) in _PLAIN for v in value):
+            return list(value)
+        return [_jsonable(v) for v in value]
+    if isinstance(value, (str, int, float, bool)):
+        return value  # a subclass (a str Enum, IntEnum), kept as the json module writes it
     if isinstance(value, dict):
         return {str(k): _jsonable(v) for k, v in value.items()}
     if isinstance(value, (list, tuple, set)):

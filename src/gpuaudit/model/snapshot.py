@@ -22,7 +22,7 @@ from enum import Enum
 from typing import Any
 
 from gpuaudit.model.decode import DecodeError, FieldProblem, decode, describe_value, join_path
-from gpuaudit.model.jsonable import to_jsonable
+from gpuaudit.model.jsonable import to_json_text, to_jsonable
 
 SCHEMA_VERSION = "1.1"
 # What a snapshot must have to be read at all; any other field may be missing or unusable.
@@ -636,7 +636,8 @@ class HostSnapshot:
         return result
 
     def to_json(self) -> str:
-        return json.dumps(self.to_dict(), indent=1, sort_keys=False)
+        """``json.dumps(self.to_dict(), indent=1)``: the snapshot file's text."""
+        return to_json_text(self)
 
     @classmethod
     def from_dict(

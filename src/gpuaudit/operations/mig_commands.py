@@ -15,7 +15,10 @@
    a layout is never reported applied without its partitions.
 
 A step that fails stops the operation there (pyinfra stops a host's operation at its first
-failing command); daemons stopped in step 1 then stay stopped until it is run again.
+failing command). When step 1 stops daemons or turns persistence mode off, steps 1 to 6 run as
+one command whose step 6 runs whatever happened before it: a refused step (a GPU "In use by
+another client", a reset the hypervisor does not allow) never leaves the host's daemons stopped
+or persistence mode off. That command exits with the failed step's status.
 """
 
 from __future__ import annotations
@@ -50,32 +53,52 @@ ga_check() {
 
 def plan_commands(plan: MigPlan) -> list[str]:
     changes = plan.changes
-    commands: list[str] = []
+    held: list[str] = []  # what lets go of the GPUs (step 1) ...
+    restore: list[str] = []  # ... and what gives them back (step 6), in that order
     if plan.stop_units:
-        commands.append(_systemctl("stop", plan.stop_units))
+        held.append(_systemctl("stop", plan.stop_units))
     if plan.persistence_off:
-        commands.append(f"nvidia-smi -i {_ids(plan.persistence_off)} -pm 0")
+        held.append(f"nvidia-smi -i {_ids(plan.persistence_off)} -pm 0")
+        restore.append(f"nvidia-smi -i {_ids(plan.persistence_off)} -pm 1")
+    if plan.stop_units:
+        restore.append(_systemctl("start", tuple(reversed(plan.stop_units))))
+    steps: list[str] = []
     for change in changes:
         if change.destroy_compute:
-            commands.append(f"nvidia-smi mig -dci -i {change.index}")
+            steps.append(f"nvidia-smi mig -dci -i {change.index}")
         if change.destroy_gpu:
-            commands.append(f"nvidia-smi mig -dgi -i {change.index}")
+            steps.append(f"nvidia-smi mig -dgi -i {change.index}")
     for mode, flag in ((DISABLED, "0"), (ENABLED, "1")):
         gpus = [c.index for c in changes if c.set_mode and c.wanted_mode == mode]
         if gpus:
-            commands.append(f"nvidia-smi -i {_ids(gpus)} -mig {flag}")
+            steps.append(f"nvidia-smi -i {_ids(gpus)} -mig {flag}")
     for change in changes:
         if change.reset:
-            commands.append(_reset_if_pending(change))
+            steps.append(_reset_if_pending(change))
     for change in changes:
         if change.create:
-            commands.append(f"nvidia-smi mig -i {change.index} -cgi {','.join(change.create)} -C")
-    if plan.persistence_off:
-        commands.append(f"nvidia-smi -i {_ids(plan.persistence_off)} -pm 1")
-    if plan.stop_units:
-        commands.append(_systemctl("start", tuple(reversed(plan.stop_units))))
-    commands.append(verify_command(plan))
-    return commands
+            steps.append(f"nvidia-smi mig -i {change.index} -cgi {','.join(change.create)} -C")
+    if not restore:
+        return [*held, *steps, verify_command(plan)]
+    return [_held_around([*held, *steps], restore), verify_command(plan)]
+
+
+def _held_around(steps: list[str], restore: list[str]) -> str:
+    """One command: ``steps`` until one fails, then ``restore`` in any case. Its status is the
+    failed step's, or 1 when only the restore failed."""
+    body = "\n".join(steps)
+    undo = "\n".join(f"{command} || ga_undo=1" for command in restore)
+    gave_back = shlex.quote(
+        "a MIG step failed (status $ga_rc); the daemons and persistence mode it had stopped were "
+        "started again"
+    ).replace("$ga_rc", "'\"$ga_rc\"'")
+    not_back = shlex.quote("could not start again what the MIG change had stopped (above)")
+    return (
+        f"(\nset -e\n{body}\n)\nga_rc=$?\nga_undo=0\n{undo}\n"
+        f'if [ "$ga_undo" != 0 ]; then echo {not_back} >&2; [ "$ga_rc" != 0 ] || ga_rc=1; '
+        'exit "$ga_rc"; fi\n'
+        f'if [ "$ga_rc" != 0 ]; then echo {gave_back} >&2; exit "$ga_rc"; fi'
+    )
 
 
 def verify_command(plan: MigPlan) -> str:

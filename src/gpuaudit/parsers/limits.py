@@ -13,6 +13,7 @@ which the audit reports (GA002).
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -83,9 +84,17 @@ def utf8_prefix(raw: bytes) -> bytes:
 
 
 def read_start(path: Path, max_bytes: int) -> tuple[bytes, int]:
-    """The first ``max_bytes`` of the file, and where it was cut (0: it was read whole)."""
+    """The first ``max_bytes`` of the file, and where it was cut (0: it was read whole).
+
+    A file smaller than ``max_bytes`` costs its own size to read, not a buffer of
+    ``max_bytes``."""
     with path.open("rb") as handle:
-        raw = handle.read(max_bytes)
+        size = os.fstat(handle.fileno()).st_size
+        raw = handle.read(min(max_bytes, size + 1))  # one more: a file that grew is noticed
+        if len(raw) <= size and len(raw) < max_bytes:
+            return raw, 0
+        if len(raw) < max_bytes:
+            raw += handle.read(max_bytes - len(raw))
         if not handle.read(1):
             return raw, 0
     raw = utf8_prefix(raw)

@@ -215,20 +215,53 @@ _CSV_START = re.compile(r"^\s*(?:index\s*,\s*name\b|name\s*,|\d+\s*,\s*\S)")
 _CSV_NAME = re.compile(r"^\s*\d+\s*,\s*([^,\n]+?)\s*,", _M)
 
 
+# For each banner of SPECS, in order, literals that every match of it contains, as written (the
+# one banner that ignores case gets only a literal without letters): a text that lacks one of
+# them cannot match, so the banner is not searched for. The cheapest (one character) comes
+# first; a literal several banners need is looked for once (_Present).
+_BANNER_NEEDLES: tuple[tuple[str, ...], ...] = (
+    ("IX-ML:",),  # iluvatar
+    ("|", "XPU-SMI"),  # kunlunxin, table
+    ("Runtime Version:",),  # kunlunxin, query
+    ("System Management Interface", "MetaX System Management Interface Log"),  # metax
+    ("|", "MX-SMI"),  # metax, table
+    ("mthreads-gmi:",),  # moorethreads
+    ("System Management Interface",),  # hygon, concise table
+    ("%", '(%)"'),  # hygon, JSON keys
+    ('"',),  # hygon, card vendor (ignores case)
+    ("|", "CNMON v"),  # cambricon
+    ("System Management Interface", "Enflame System Management Interface"),  # enflame
+    ("|", "EFSMI"),  # enflame, table
+    ("|", "npu-smi"),  # ascend
+)
+_NAME_NEEDLES: tuple[tuple[str, ...], ...] = (("Product Name",), (), (" (UUID:",), ('"',))
+_NEEDLES: dict[re.Pattern[str], tuple[str, ...]] = {
+    **dict(zip((b for spec in SPECS for b in spec.banners), _BANNER_NEEDLES, strict=True)),
+    **dict(zip(_NAME_FIELDS, _NAME_NEEDLES, strict=True)),
+}
+
+
 def identify(text: str) -> LookAlike | None:
     """The look-alike tool whose output ``text`` is, or None; never raises on host text."""
     head = (text or "")[:SCAN_CHARS]
-    if not head.strip():
+    if not head or head.isspace():
         return None
+    present = _Present(head)
     for spec in SPECS:
         for banner in spec.banners:
+            if not present.all(_NEEDLES[banner]):
+                continue
             match = banner.search(head)
             if match:
                 return _result(spec, head, _lines_of(head, match), match)
-    for name, line in _names(head):
+    checked: set[str] = set()
+    for start, name in _name_starts(head, present):
+        if name in checked:
+            continue
+        checked.add(name)
         for spec in SPECS:
             if spec.names.search(name):
-                return _result(spec, head, line, None)
+                return _result(spec, head, _line_at(head, start), None)
     return None
 
 
@@ -245,18 +278,40 @@ def identify_name(name: str) -> LookAlike | None:
     return None
 
 
-def _names(head: str) -> list[tuple[str, str]]:
-    """``(device name, line it is on)`` for every name field in ``head``."""
+def _name_starts(head: str, present: _Present) -> list[tuple[int, str]]:
+    """``(where it starts, device name)`` for every name field in ``head``, in text order."""
     found: list[tuple[int, str]] = []
     for pattern in _NAME_FIELDS:
-        found.extend((m.start(1), m.group(1)) for m in pattern.finditer(head))
-    processes = _PROCESSES.search(head)
-    table = head[: processes.start()] if processes else head
-    found.extend((m.start(1), m.group(1)) for m in _TABLE_NAME.finditer(table))
+        if present.all(_NEEDLES[pattern]):
+            found.extend((m.start(1), m.group(1)) for m in pattern.finditer(head))
+    if "|" in head:
+        processes = _PROCESSES.search(head)
+        table = head[: processes.start()] if processes else head
+        found.extend((m.start(1), m.group(1)) for m in _TABLE_NAME.finditer(table))
     if _CSV_START.match(head.lstrip()):
         found.extend((m.start(1), m.group(1)) for m in _CSV_NAME.finditer(head))
     found.sort()
-    return [(name, _line_at(head, start)) for start, name in found]
+    return found
+
+
+class _Present:
+    """Which literal strings ``head`` holds, each looked for once: a pattern is only searched
+    for where the literals every match of it contains are all there (see _NEEDLES), so that
+    the usual output (nvidia-smi's XML, rocm-smi's JSON) costs a few substring scans, not a
+    regular-expression search per mark."""
+
+    def __init__(self, head: str) -> None:
+        self.head = head
+        self.seen: dict[str, bool] = {}
+
+    def all(self, needles: tuple[str, ...]) -> bool:
+        for needle in needles:
+            found = self.seen.get(needle)
+            if found is None:
+                found = self.seen[needle] = needle in self.head
+            if not found:
+                return False
+        return True
 
 
 def _result(spec: _Spec, head: str, evidence: str, banner: re.Match[str] | None) -> LookAlike:

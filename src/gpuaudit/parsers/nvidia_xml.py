@@ -247,6 +247,8 @@ def field_status(path: str) -> str:
 def _warn_unplaced(root: Element) -> None:
     """One parse warning per element path nothing reads or recognises."""
     seen: set[str] = set()
+    # The GPUs of a document share their paths: each is judged once.
+    status_of: dict[str, str] = {}
     for child in root:
         if child.tag not in _KNOWN_ROOT and child.tag not in seen:
             seen.add(child.tag)
@@ -255,7 +257,9 @@ def _warn_unplaced(root: Element) -> None:
         stack = _paths(gpu, "")
         while stack:
             path, element = stack.pop()
-            status = field_status(path)
+            status = status_of.get(path)
+            if status is None:
+                status = status_of[path] = field_status(path)
             if status == "unknown" and f"gpu/{path}" not in seen:
                 seen.add(f"gpu/{path}")
                 warn(WHAT, f"unknown element <gpu>/{path}: its value is not read", _show(element))
@@ -282,13 +286,17 @@ def _parse_gpu_safely(index: int, element: Element, driver: str | None, cuda: st
 
 
 def _parse_gpu(index: int, g: Element, driver: str | None, cuda: str | None) -> Gpu:
+    at = _Elements(g)
+    # "GPU is lost" in any element's text marks the GPU as failed; most GPUs say it nowhere,
+    # which one look at all of their text together shows.
+    lost = "gpu is lost" in "".join(g.itertext()).lower()
     status, detail = gpu_status(
-        {path: _raw(g, path) for path in _CORE_FIELDS}, (e.text for e in g.iter())
+        {path: at.raw(path) for path in _CORE_FIELDS}, (e.text for e in g.iter()) if lost else ()
     )
     r = FieldReader()
 
     def raw(*paths: str) -> str | None:
-        return first_present(*(_raw(g, path) for path in paths))
+        return first_present(*(at.raw(path) for path in paths))
 
     return Gpu(
         index=index,
@@ -298,7 +306,7 @@ def _parse_gpu(index: int, g: Element, driver: str | None, cuda: str | None) -> 
         name=r.as_text("name", raw("product_name")),
         uuid=r.as_text("uuid", raw("uuid")),
         serial=r.as_text("serial", raw("serial")),
-        pci_bus_id=bus_key(_text(g, "pci/pci_bus_id") or g.get("id")),
+        pci_bus_id=bus_key(clean(at.raw("pci/pci_bus_id")) or g.get("id")),
         architecture=r.as_text("architecture", raw("product_architecture")),
         vbios_version=r.as_text("vbios_version", raw("vbios_version")),
         inforom_image=r.as_text("inforom_image", raw("inforom_version/img_version")),
@@ -308,10 +316,10 @@ def _parse_gpu(index: int, g: Element, driver: str | None, cuda: str | None) -> 
         memory_used_mib=r.as_int("memory_used_mib", raw("fb_memory_usage/used")),
         ecc_mode_current=r.as_text("ecc_mode_current", raw("ecc_mode/current_ecc")),
         ecc_mode_pending=r.as_text("ecc_mode_pending", raw("ecc_mode/pending_ecc")),
-        ecc_volatile=_ecc(g.find("ecc_errors/volatile"), r, "ecc_volatile"),
-        ecc_aggregate=_ecc(g.find("ecc_errors/aggregate"), r, "ecc_aggregate"),
-        retired_pages=retired_pages(*_block(g, "retired_pages", _RETIRED_PATHS), reader=r),
-        remapped_rows=remapped_rows(*_block(g, "remapped_rows", _REMAPPED_PATHS), reader=r),
+        ecc_volatile=_ecc(at.element("ecc_errors/volatile"), r, "ecc_volatile"),
+        ecc_aggregate=_ecc(at.element("ecc_errors/aggregate"), r, "ecc_aggregate"),
+        retired_pages=retired_pages(*_block(at, "retired_pages", _RETIRED_PATHS), reader=r),
+        remapped_rows=remapped_rows(*_block(at, "remapped_rows", _REMAPPED_PATHS), reader=r),
         temperature_c=r.as_float("temperature_c", raw("temperature/gpu_temp")),
         temperature_slowdown_c=r.as_float(
             "temperature_slowdown_c", raw("temperature/gpu_temp_slow_threshold")
@@ -333,13 +341,13 @@ def _parse_gpu(index: int, g: Element, driver: str | None, cuda: str | None) -> 
         pcie_replay_count=r.as_int("pcie_replay_count", raw("pci/replay_counter")),
         mig_mode_current=r.as_text("mig_mode_current", raw("mig_mode/current_mig")),
         mig_mode_pending=r.as_text("mig_mode_pending", raw("mig_mode/pending_mig")),
-        mig_devices=_mig_devices(g.find("mig_devices")),
+        mig_devices=_mig_devices(at.element("mig_devices")),
         persistence_mode=r.as_flag("persistence_mode", raw("persistence_mode")),
         reset_required=r.as_flag("reset_required", raw("gpu_reset_status/reset_required")),
         drain_and_reset_recommended=r.as_flag(
             "drain_and_reset_recommended", raw("gpu_reset_status/drain_and_reset_recommended")
         ),
-        recovery_action=_raw(g, "gpu_recovery_action"),
+        recovery_action=at.raw("gpu_recovery_action"),
         unavailable=dict(r.unavailable),
     )
 
@@ -351,14 +359,14 @@ def _ecc(node: Element | None, r: FieldReader, field: str) -> EccCounts:
 
 
 def _block(
-    g: Element, path: str, paths: Mapping[str, tuple[str, ...]]
+    at: _Elements, path: str, paths: Mapping[str, tuple[str, ...]]
 ) -> tuple[dict[str, str | None], str | None]:
     """A block's counters by canonical key, and its own text when it holds none (``N/A``)."""
-    node = g.find(path)
+    node = at.element(path)
     if node is None:
         return {}, None
     if len(node) == 0:
-        return {}, _raw(g, path)
+        return {}, at.raw(path)
     return {
         key: first_present(*(_raw(node, p) for p in options)) for key, options in paths.items()
     }, None
@@ -377,6 +385,47 @@ def _mig_devices(node: Element | None) -> tuple[MigDevice, ...]:
         )
         for d in node.findall("mig_device")
     )
+
+
+# Where _Elements looks elements up: every path _parse_gpu reads, and the blocks above them.
+_INDEXED = frozenset("/".join(p.split("/")[:i]) for p in _READ for i in range(1, p.count("/") + 2))
+# The paths with something to read below them.
+_INNER = frozenset(p.rpartition("/")[0] for p in _INDEXED if "/" in p)
+
+
+class _Elements:
+    """The elements under one ``<gpu>``, by path, each as ``gpu.find(path)`` finds it (the first
+    in document order), from one walk of the elements on the way to a path that is read,
+    instead of a search per path."""
+
+    def __init__(self, node: Element) -> None:
+        self.node = node
+        self.first: dict[str, Element] = {}
+        stack = [("", iter(node))]
+        while stack:
+            prefix, children = stack[-1]
+            for child in children:
+                path = prefix + child.tag
+                if path not in _INDEXED:
+                    continue
+                if path not in self.first:
+                    self.first[path] = child
+                if path in _INNER and len(child):
+                    stack.append((path + "/", iter(child)))
+                    break
+            else:
+                stack.pop()
+
+    def element(self, path: str) -> Element | None:
+        if path not in _INDEXED:
+            return self.node.find(path)
+        return self.first.get(path)
+
+    def raw(self, path: str) -> str | None:
+        found = self.element(path)
+        if found is None or found.text is None:
+            return None
+        return found.text.strip()
 
 
 def _raw(node: Element, path: str) -> str | None:

@@ -59,8 +59,10 @@ def parse_nvlink(text: str) -> tuple[GpuNvLink, ...]:
         return ()
     gpus: dict[int, _GpuBuilder] = {}
     current: _GpuBuilder | None = None
+    # Link values repeat ("Replay Errors: 0" on every link of every GPU): each is read once.
+    counters_of: dict[str, dict[str, int]] = {}
     for line in lines:
-        header = split_gpu_header(line)
+        header = split_gpu_header(line) if line.startswith("GPU ") else None
         if header:
             index, _name, uuid = header
             if uuid is not None and not uuid.startswith("GPU-"):
@@ -77,7 +79,7 @@ def parse_nvlink(text: str) -> tuple[GpuNvLink, ...]:
             continue
         link = _LINK.match(line)
         if link:
-            current.add(int(link.group(1)), link.group(2).strip())
+            current.add(int(link.group(1)), link.group(2).strip(), counters_of)
         else:
             warn(WHAT, "unrecognised line in a GPU's listing", text=line, gpu=current.index)
     if not gpus:
@@ -88,6 +90,8 @@ def parse_nvlink(text: str) -> tuple[GpuNvLink, ...]:
 def _counters(value: str) -> dict[str, int]:
     """``"Replay Errors: 0, Recovery Errors: 1"`` → {"Replay": 0, "Recovery": 1}."""
     counters: dict[str, int] = {}
+    if ":" not in value:  # every counter is "<name> Errors: N"
+        return counters
     start = 0
     for match in _COUNT.finditer(value):
         window = value[max(start, match.start() - _NAME_WINDOW) : match.start()]
@@ -107,8 +111,17 @@ def merge_nvlink(*listings: Iterable[GpuNvLink]) -> tuple[GpuNvLink, ...]:
             builder.uuid = builder.uuid or gpu.uuid
             builder.all_inactive = builder.all_inactive or gpu.all_inactive
             for link in gpu.links:
-                builder.merge(link)
+                builder.merge(link.link, link.active, link.speed_gb_s, link.counters)
     return tuple(merged[index].build() for index in sorted(merged))
+
+
+@dataclasses.dataclass
+class _LinkState:
+    """What is known of one link so far: the later listing's state, speed and counters win."""
+
+    active: bool | None = None
+    speed_gb_s: float | None = None
+    counters: dict[str, int] = dataclasses.field(default_factory=dict)
 
 
 @dataclasses.dataclass
@@ -116,43 +129,61 @@ class _GpuBuilder:
     index: int
     uuid: str | None = None
     all_inactive: bool = False
-    links: dict[int, NvLinkLink] = dataclasses.field(default_factory=dict)
+    links: dict[int, _LinkState] = dataclasses.field(default_factory=dict)
 
-    def add(self, number: int, value: str) -> None:
-        counters = _counters(value)
-        speed = _SPEED.match(value)
+    def add(self, number: int, value: str, counters_of: dict[str, dict[str, int]]) -> None:
+        counters = counters_of.get(value)
+        if counters is None:
+            counters = counters_of[value] = _counters(value)  # read, never changed
         if counters:
-            self.merge(NvLinkLink(number, counters=counters))
+            self.merge(number, counters=counters)
         elif "inactive" in value.lower():
-            self.merge(NvLinkLink(number, active=False))
-        elif speed:
-            self.merge(NvLinkLink(number, active=True, speed_gb_s=parse_float(speed.group(1))))
+            self.merge(number, active=False)
+        elif speed := _SPEED.match(value):
+            self.merge(number, active=True, speed_gb_s=parse_float(speed.group(1)))
         else:
             warn(WHAT, f"link {number}: state not recognised", text=value, gpu=self.index)
-            self.merge(NvLinkLink(number))
+            self.merge(number)
 
-    def merge(self, link: NvLinkLink) -> None:
-        known = self.links.get(link.link, NvLinkLink(link.link))
-        self.links[link.link] = dataclasses.replace(
-            known,
-            active=link.active if link.active is not None else known.active,
-            speed_gb_s=link.speed_gb_s if link.speed_gb_s is not None else known.speed_gb_s,
-            counters={**known.counters, **link.counters},
-        )
+    def merge(
+        self,
+        number: int,
+        active: bool | None = None,
+        speed_gb_s: float | None = None,
+        counters: dict[str, int] | None = None,
+    ) -> None:
+        state = self.links.get(number)
+        if state is None:
+            state = self.links[number] = _LinkState()
+        if active is not None:
+            state.active = active
+        if speed_gb_s is not None:
+            state.speed_gb_s = speed_gb_s
+        if counters:
+            state.counters.update(counters)
 
     def build(self) -> GpuNvLink:
-        links = tuple(_with_named_counters(self.links[n]) for n in sorted(self.links))
+        links = tuple(_link(n, self.links[n]) for n in sorted(self.links))
         return GpuNvLink(self.index, self.uuid, links, self.all_inactive)
 
 
-def _with_named_counters(link: NvLinkLink) -> NvLinkLink:
-    def total(*prefixes: str) -> int | None:
-        values = [v for k, v in link.counters.items() if k.lower().startswith(prefixes)]
-        return sum(values) if values else None
-
-    return dataclasses.replace(
-        link,
-        replay_errors=total("replay"),
-        recovery_errors=total("recovery"),
-        crc_errors=total("crc"),
+def _link(number: int, state: _LinkState) -> NvLinkLink:
+    """The link with the common counters (every name starting so, any case) summed."""
+    replay = recovery = crc = None
+    for name, value in state.counters.items():
+        low = name.lower()
+        if low.startswith("replay"):
+            replay = value if replay is None else replay + value
+        elif low.startswith("recovery"):
+            recovery = value if recovery is None else recovery + value
+        elif low.startswith("crc"):
+            crc = value if crc is None else crc + value
+    return NvLinkLink(
+        number,
+        active=state.active,
+        speed_gb_s=state.speed_gb_s,
+        replay_errors=replay,
+        recovery_errors=recovery,
+        crc_errors=crc,
+        counters=dict(state.counters),
     )

@@ -13,11 +13,14 @@ earlier layer and the other way round.
 from __future__ import annotations
 
 import fnmatch
+import json
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import date, datetime
 from pathlib import Path
 from typing import Any, Literal, NamedTuple
+
+import yaml
 
 from gpuaudit.model.findings import Finding, Severity
 from gpuaudit.model.snapshot import HostSnapshot
@@ -39,6 +42,8 @@ POLICY_FILE_VERSION = 1
 # Names of the policy's copy inside a run directory (``gpuaudit report`` reads them back).
 POLICY_FILE = "policy.yaml"
 MIG_PARTED_COPY = "policy-mig-parted.yaml"
+# Where alert rules files named outside the policy's folder are copied.
+ALERT_RULES_COPY_DIR = "alert-rules"
 # The XID rule's findings carry the XID code in evidence.actual["code"]; rule codes are
 # stable, so naming it here cannot drift.
 XID_RULE = "GA301"
@@ -201,22 +206,39 @@ class Policy:
         """
         directory = Path(directory)
         directory.mkdir(parents=True, exist_ok=True)
-        text = self.text
+        # (start, end, replacement) in the policy text, applied from the end backwards.
+        edits: list[tuple[int, int, str]] = []
         if self.mig_parted_text is not None and self.mig_parted_span is not None:
             start, end = self.mig_parted_span
-            text = text[:start] + MIG_PARTED_COPY + text[end:]
+            edits.append((start, end, MIG_PARTED_COPY))
             (directory / MIG_PARTED_COPY).write_text(self.mig_parted_text, encoding="utf-8")
-        (directory / POLICY_FILE).write_text(text, encoding="utf-8")
+        copies: dict[Path, str] = {}
+        spans = _alert_rules_spans(self.text)
         for written, resolved in self._alert_rule_files():
-            # A site rules file named below the policy's directory is copied to the same
-            # place below the run's, so the copy resolves it too; others are read where they
-            # are (GA924 says so when one is gone).
+            if not resolved.is_file():
+                continue  # read where it is named; GA924 says so when it is gone
             relative = Path(written)
-            if relative.is_absolute() or ".." in relative.parts or not resolved.is_file():
+            if not (relative.is_absolute() or ".." in relative.parts or written.startswith("~")):
+                # Below the policy's folder: copied to the same place below the run's, so the
+                # copy's reference resolves unchanged.
+                target = directory / relative
+                target.parent.mkdir(parents=True, exist_ok=True)
+                target.write_bytes(resolved.read_bytes())
                 continue
-            target = directory / relative
-            target.parent.mkdir(parents=True, exist_ok=True)
-            target.write_bytes(resolved.read_bytes())
+            # Elsewhere (an absolute path, or one going up with ..): copied into the run's
+            # alert-rules/ folder and the copy of the policy names it there.
+            name = copies.get(resolved)
+            if name is None:
+                name = _unused_name(resolved.name, copies)
+                copies[resolved] = name
+                (directory / ALERT_RULES_COPY_DIR).mkdir(exist_ok=True)
+                (directory / ALERT_RULES_COPY_DIR / name).write_bytes(resolved.read_bytes())
+            reference = json.dumps(f"{ALERT_RULES_COPY_DIR}/{name}")
+            edits.extend((start, end, reference) for start, end in spans.get(written, ()))
+        text = self.text
+        for start, end, replacement in sorted(set(edits), reverse=True):
+            text = text[:start] + replacement + text[end:]
+        (directory / POLICY_FILE).write_text(text, encoding="utf-8")
         return directory / POLICY_FILE
 
     def _alert_rule_files(self) -> list[tuple[str, Path]]:
@@ -231,3 +253,42 @@ class Policy:
             if isinstance(written, str) and isinstance(resolved, str):
                 found.append((written, Path(resolved)))
         return found
+
+
+def _alert_rules_spans(text: str) -> dict[str, list[tuple[int, int]]]:
+    """Where the policy text writes each ``monitoring: alert_rules:`` value (under
+    ``defaults:`` and each group), keyed by the value as written."""
+    try:
+        root = yaml.compose(text, Loader=yaml.SafeLoader)
+    except yaml.YAMLError:
+        return {}
+    spans: dict[str, list[tuple[int, int]]] = {}
+
+    def child(node: yaml.Node | None, key: str) -> yaml.Node | None:
+        if not isinstance(node, yaml.MappingNode):
+            return None
+        for key_node, value in node.value:
+            if isinstance(key_node, yaml.ScalarNode) and key_node.value == key:
+                return value
+        return None
+
+    layers = [child(root, "defaults")]
+    groups = child(root, "groups")
+    if isinstance(groups, yaml.MappingNode):
+        layers.extend(value for _key, value in groups.value)
+    for layer in layers:
+        node = child(child(layer, "monitoring"), "alert_rules")
+        if isinstance(node, yaml.ScalarNode):
+            spans.setdefault(node.value, []).append((node.start_mark.index, node.end_mark.index))
+    return spans
+
+
+def _unused_name(name: str, taken: Mapping[Path, str]) -> str:
+    """``name``, or ``name`` with a number before its suffix when another file took it."""
+    used = set(taken.values())
+    stem, suffix = Path(name).stem, Path(name).suffix
+    candidate, number = name, 1
+    while candidate in used:
+        number += 1
+        candidate = f"{stem}-{number}{suffix}"
+    return candidate

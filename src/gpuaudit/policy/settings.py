@@ -14,13 +14,14 @@ remediation plan shows that reason instead of a change.
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import date
 from types import MappingProxyType
 from typing import Any
 
-from gpuaudit.policy.defaults import DEFAULT_POLICY, host_overrides, merge_policy
+from gpuaudit.policy.defaults import DEFAULT_POLICY, host_overrides, merge_policy, policy_keys
 from gpuaudit.policy.model import Policy, Waiver
 
 
@@ -101,3 +102,61 @@ def resolve_settings(
         values = merge_policy(DEFAULT_POLICY, policy, host_overrides(host_data))
         waivers = ()
     return HostSettings(host=host, values=MappingProxyType(values), waivers=waivers)
+
+
+class SettingsResolver:
+    """:func:`resolve_settings` for the many hosts of one policy, as the audit's rules need it.
+
+    The same values, merged with less work: the layers under a host's data (the built-in
+    defaults, the site's defaults and the groups it is in) are merged once per distinct group
+    list, and each host then only lays its own data over them, copying what it changes. Hosts
+    whose data sets nothing share one mapping; nested values are shared between hosts too, so
+    the settings are read only (as :class:`HostSettings` says).
+    """
+
+    def __init__(self, policy: Policy | Mapping[str, Any] | None) -> None:
+        self._policy = policy
+        self._bases: dict[tuple[str, ...], dict[str, Any]] = {}
+        self._keys = frozenset(policy_keys())
+
+    def resolve(self, host: str, host_data: Mapping[str, Any]) -> HostSettings:
+        policy = self._policy
+        groups: tuple[str, ...] = ()
+        if isinstance(policy, Policy):
+            named = host_data.get("groups") or ()
+            groups = (named,) if isinstance(named, str) else tuple(named)
+            if not all(isinstance(g, str) for g in groups):
+                return resolve_settings(policy, host, host_data)
+            waivers = tuple(w for w in policy.waivers if w.covers_host(host))
+        else:
+            waivers = ()
+        base = self._bases.get(groups)
+        if base is None:
+            if isinstance(policy, Policy):
+                base = merge_policy(DEFAULT_POLICY, policy.layer_for(groups))
+            else:
+                base = merge_policy(DEFAULT_POLICY, policy)
+            self._bases[groups] = base
+        own = host_overrides(host_data) if not self._keys.isdisjoint(host_data) else {}
+        values = _laid_over(base, own) if own else base
+        return HostSettings(host=host, values=MappingProxyType(values), waivers=waivers)
+
+
+def _laid_over(base: dict[str, Any], layer: Mapping[str, Any]) -> dict[str, Any]:
+    """``merge_policy(base, layer)`` for a ``base`` that merge_policy made (it holds every key
+    of the defaults): what ``layer`` leaves alone is shared with ``base``, not copied."""
+    merged = dict(base)
+    for key, value in layer.items():
+        if isinstance(value, Mapping) and isinstance(merged.get(key), dict):
+            merged[key] = merge_policy(merged[key], value)
+        else:
+            merged[key] = copy.deepcopy(value)
+    # A layer that pins one precision of the driver clears the other (policy.defaults).
+    exclusive = {
+        "desired_driver_version": "desired_driver_branch",
+        "desired_driver_branch": "desired_driver_version",
+    }
+    for key, other in exclusive.items():
+        if layer.get(key) is not None and other not in layer:
+            merged[other] = None
+    return merged

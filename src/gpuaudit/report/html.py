@@ -22,6 +22,12 @@ page data (:func:`build_context` ``page_data``) and the page script draws them w
 opened or printed. A 2,000-host page then opens with a few tens of thousands of elements instead
 of close to a million.
 
+Above :data:`SPLIT_ABOVE` hosts the page is summary first (:func:`render_page`): each host's
+details live in ``page/hosts-NNNN.js`` files beside it, each a call of the page script's
+loader with a JSON literal escaped as the embedded data is, loaded by a script element when a
+host of theirs is opened (a file:// page cannot fetch); the CSP then also allows the page's own
+origin's scripts. Smaller fleets keep one self-contained file, which can be mailed alone.
+
 Text from rules may mark commands as ``code`` with backtick pairs: :func:`code_spans` escapes the
 text first and only then wraps each pair's (already escaped) content in ``<code>``.
 """
@@ -33,7 +39,7 @@ import functools
 import hashlib
 import json
 import re
-from collections.abc import Mapping, Sequence, Set
+from collections.abc import Iterator, Mapping, Sequence, Set
 from pathlib import Path
 from typing import Any
 
@@ -56,12 +62,13 @@ from gpuaudit.report.views import (
     GPU_COLUMNS,
     SEVERITY_CLASSES,
     STATUS_CLASSES,
+    HostViews,
     css_class,
-    host_view,
     show,
 )
 
 TEMPLATES = Path(__file__).parent / "templates"
+HTML_FILE = "index.html"
 PAGE_TEMPLATE = "index.html.j2"
 # The page script, in the order its parts are joined (helpers first).
 SCRIPT_PARTS = ("report_dom.js", "report_hosts.js", "report.js")
@@ -85,6 +92,31 @@ _FINDING_KEYS = (
 
 # Host parts that a fleet mostly shares: the page data keeps each distinct value once.
 SHARED_HOST_PARTS = ("topology", "nvlink", "packages", "services", "sysctls", "device_nodes")
+
+# Above this many hosts the page keeps each host's details (GPU inventory, topology, XIDs,
+# packages, evidence of failed sections) beside it, in PAGE_DIR/hosts-NNNN.js files of
+# CHUNK_HOSTS hosts each, loaded when a host section is opened; up to it the page is one
+# self-contained file that can be mailed or copied alone. A 2,000-host page is ~10 MiB and
+# opens in about a second; at 10,000 hosts one file would be ~50 MiB.
+SPLIT_ABOVE = 2000
+CHUNK_HOSTS = 100
+PAGE_DIR = "page"
+# What a host's line, the filters and the search read: always in the page itself.
+HOST_SUMMARY_KEYS = (
+    "name",
+    "anchor",
+    "position",
+    "status",
+    "status_class",
+    "status_detail",
+    "collected_at",
+    "driver",
+    "gpu_models",
+    "gpu_count",
+    "findings",
+    "severity_counts",
+    "checklists",
+)
 # A backtick pair on one line; the page script's codeText() reads text the same way.
 _CODE_SPAN = re.compile(r"`([^`\n]+)`")
 
@@ -128,6 +160,8 @@ def environment() -> Environment:
         trim_blocks=True,
         lstrip_blocks=True,
         keep_trailing_newline=True,
+        # The templates ship with the package: never stat them again for each host's include.
+        auto_reload=False,
     )
     env.filters["show"] = show
     env.filters["code"] = code_spans
@@ -142,11 +176,15 @@ def _asset(name: str) -> str:
     return (TEMPLATES / name).read_text(encoding="utf-8")
 
 
-def _csp(script: str) -> str:
+def _csp(script: str, *, local_scripts: bool = False) -> str:
+    """The page's Content-Security-Policy: its one inline script by hash and, for a page whose
+    host details are files beside it, scripts of its own origin ('self': the run directory's
+    files on file://); never anything from the network."""
     digest = base64.b64encode(hashlib.sha256(script.encode("utf-8")).digest()).decode("ascii")
+    local = " 'self'" if local_scripts else ""
     return (
         "default-src 'none'; "
-        f"script-src 'sha256-{digest}'; "
+        f"script-src 'sha256-{digest}'{local}; "
         "style-src 'unsafe-inline'; "
         "img-src data:; "
         "base-uri 'none'; form-action 'none'"
@@ -183,39 +221,65 @@ def _share_host_parts(hosts: list[dict[str, Any]]) -> dict[str, list[Any]]:
     2,000-host HGX fleet then embeds one of each, not 2,000.
     """
     shared: dict[str, list[Any]] = {part: [] for part in SHARED_HOST_PARTS}
-    for part, values in shared.items():
-        distinct: dict[str, int] = {}
-        for host in hosts:
+    sharing = _HostPartSharing(shared)
+    for host in hosts:
+        sharing.share(host)
+    return shared
+
+
+class _HostPartSharing:
+    """Replaces host parts by their index in the lists of distinct ones, host after host (the
+    same object, as views.HostViews gives for equal topologies, is looked up by identity
+    before its JSON text is compared)."""
+
+    def __init__(self, shared: dict[str, list[Any]]) -> None:
+        self.shared = shared
+        self._by_text: dict[str, dict[str, int]] = {part: {} for part in shared}
+        self._by_id: dict[int, tuple[Any, int]] = {}
+
+    def share(self, host: dict[str, Any]) -> None:
+        for part, values in self.shared.items():
             value = host[part]
             if value is None:
                 continue
+            known = self._by_id.get(id(value))
+            if known is not None and known[0] is value:
+                host[part] = known[1]
+                continue
+            distinct = self._by_text[part]
             key = json.dumps(value, sort_keys=True)
             if key not in distinct:
                 distinct[key] = len(values)
                 values.append(value)
+            self._by_id[id(value)] = (value, distinct[key])
             host[part] = distinct[key]
-    return shared
 
 
 def _host_views(
     register: Register, document: Mapping[str, Any], snapshots: Sequence[HostSnapshot]
 ) -> list[dict[str, Any]]:
+    return list(_iter_host_views(register, document, snapshots))
+
+
+def _iter_host_views(
+    register: Register, document: Mapping[str, Any], snapshots: Sequence[HostSnapshot]
+) -> Iterator[dict[str, Any]]:
     ordered = sort_snapshots(snapshots)
     findings_by_host: dict[str, list[int]] = {}
     for number, finding in enumerate(register.findings):
         findings_by_host.setdefault(finding.host, []).append(number)
     checklists = host_checklists(document)
     seen: set[str] = set()
-    hosts = []
+    views = HostViews()
     for number, snap in enumerate(ordered, 1):
         # Anchors are numbered, not derived from host names, so ids are always valid and
         # unique. Two snapshots of one host (a re-collect) share its findings: list them once.
         own = findings_by_host.get(snap.host, []) if snap.host not in seen else []
         seen.add(snap.host)
         severities = [register.findings[i].severity.value for i in own]
-        view = host_view(snap, f"host-{number}", own, severities, checklists.get(snap.host, ()))
-        hosts.append({**view, "position": number - 1})
-    return hosts
+        view = views.host(snap, f"host-{number}", own, severities, checklists.get(snap.host, ()))
+        view["position"] = number - 1
+        yield view
 
 
 def build_context(
@@ -228,19 +292,34 @@ def build_context(
     The page embeds its data as JSON: the views read the register's document (its
     ``to_dict()``, what register.json holds). ``docs_pages`` are the docs pages beside the page
     (``docs/…`` paths): references to them are linked."""
-    document = register.document
-    hosts = _host_views(register, document, snapshots)
-    risks = risk_views(document, docs_pages)
+    hosts = _host_views(register, register.head, snapshots)
     shared = _share_host_parts(hosts)
+    return _context(register, hosts, shared, docs_pages)
+
+
+def _context(
+    register: Register,
+    hosts: list[dict[str, Any]],
+    shared: dict[str, list[Any]],
+    docs_pages: Set[str],
+    chunks: Sequence[str] = (),
+) -> dict[str, Any]:
+    """The template's context; ``chunks`` name the files that hold the hosts' details when
+    they are not in the page (their hosts then carry only their summaries)."""
+    document = register.head
+    risks = risk_views(document, docs_pages)
     summary = document["summary"]
     script = page_script()
-    page_data = {
+    page_data: dict[str, Any] = {
         "findings": [_page_finding(f) for f in document["findings"]],
         "risks": risks,
         "hosts": hosts,
         "shared": shared,
         "gpu_columns": GPU_COLUMNS,
     }
+    if chunks:
+        page_data["chunk_hosts"] = CHUNK_HOSTS
+        page_data["chunk_files"] = list(chunks)
     return {
         "run_id": register.run_id or "",
         "generated_at": register.generated_at,
@@ -260,10 +339,72 @@ def build_context(
         "page_data": page_data,
         "css": Markup(_asset("report.css")),
         "script": Markup(script),
-        "csp": _csp(script),
+        "csp": _csp(script, local_scripts=bool(chunks)),
         "version": __version__,
         "register_schema_version": REGISTER_SCHEMA_VERSION,
     }
+
+
+def chunk_file(number: int) -> str:
+    """The run-directory path of the file holding the details of the ``number``-th
+    CHUNK_HOSTS hosts of the page."""
+    return f"{PAGE_DIR}/hosts-{number:04d}.js"
+
+
+def host_search_parts(host: Mapping[str, Any]) -> list[Any]:
+    """What the search finds a host by besides its summary: each GPU's UUID, serial, bus id
+    and name, then its XID incidents (the page script's hostText reads the same)."""
+    at = {name: i for i, name in enumerate(GPU_COLUMNS)}
+    parts: list[Any] = []
+    for row in host["gpus"]:
+        parts += [row[at["uuid"]], row[at["serial"]], row[at["bus"]], row[at["name"]]]
+    parts += [incident["what"] for incident in host["xid"]["incidents"]]
+    # Each value once: the script joins them with newlines and the search box holds one line,
+    # so a repeated value (the GPU model, eight times) can add no match.
+    return list(dict.fromkeys(part for part in parts if part is not None))
+
+
+def _chunk_text(number: int, details: list[dict[str, Any]]) -> str:
+    """A detail file: one call of the page script's loader with the hosts' details as a JSON
+    literal, escaped as the page's own data is (JSON is also a JavaScript literal)."""
+    return f"gpuauditHostChunk({number},{json_for_script(details)});\n"
+
+
+def render_page(
+    register: Register,
+    snapshots: Sequence[HostSnapshot],
+    *,
+    docs_pages: Set[str] = frozenset(),
+    split_above: int = SPLIT_ABOVE,
+) -> Iterator[tuple[str, str]]:
+    """The page's files, (path in the run directory, text), one at a time: index.html alone
+    for up to ``split_above`` hosts (:func:`render_html`); above that, first the detail files
+    (:func:`chunk_file`), each made and handed on before the next, then index.html with the
+    hosts' summaries."""
+    if len(snapshots) <= split_above:
+        yield HTML_FILE, render_html(register, snapshots, docs_pages=docs_pages)
+        return
+    shared: dict[str, list[Any]] = {part: [] for part in SHARED_HOST_PARTS}
+    sharing = _HostPartSharing(shared)
+    summaries: list[dict[str, Any]] = []
+    chunks: list[str] = []
+    details: list[dict[str, Any]] = []
+    for view in _iter_host_views(register, register.head, snapshots):
+        sharing.share(view)
+        summary = {key: view.pop(key) for key in HOST_SUMMARY_KEYS}
+        summary["search"] = host_search_parts(view)
+        summary["chunk"] = len(chunks)
+        summaries.append(summary)
+        details.append(view)
+        if len(details) == CHUNK_HOSTS:
+            chunks.append(chunk_file(len(chunks)))
+            yield chunks[-1], _chunk_text(len(chunks) - 1, details)
+            details = []
+    if details:
+        chunks.append(chunk_file(len(chunks)))
+        yield chunks[-1], _chunk_text(len(chunks) - 1, details)
+    context = _context(register, summaries, shared, docs_pages, chunks)
+    yield HTML_FILE, environment().get_template(PAGE_TEMPLATE).render(context)
 
 
 def page_script() -> str:

@@ -20,17 +20,16 @@ of the catalogue, for a register written by an audit) or a finding there. The ru
 A testcase carries at most one ``failure`` element (its message counts the findings, its text
 lists them): several CI parsers keep only the first failure of a testcase.
 
-Built with xml.etree, which escapes markup; characters XML 1.0 cannot hold at all (control
-characters from a kernel log, lone surrogates) are written as ``\\xNN`` text first, since
-ElementTree would otherwise emit a file no parser accepts.
+Written as text, laid out as xml.etree writes an indented tree, with markup escaped as it
+escapes it; characters XML 1.0 cannot hold at all (control characters from a kernel log, lone
+surrogates) are written as ``\\xNN`` text first, since no parser accepts them however escaped.
 """
 
 from __future__ import annotations
 
 import json
 import re
-import xml.etree.ElementTree as ET
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 from gpuaudit.report.register_types import (
@@ -57,108 +56,215 @@ def xml_text(value: Any) -> str:
     return _NOT_XML.sub(lambda m: f"\\x{ord(m.group()):02x}", text)
 
 
+def _attr(value: Any) -> str:
+    """An attribute value as xml.etree writes it: markup, quotes and line ends as entities."""
+    text = _text(value)
+    if '"' in text:
+        text = text.replace('"', "&quot;")
+    if "\r" in text:
+        text = text.replace("\r", "&#13;")
+    if "\n" in text:
+        text = text.replace("\n", "&#10;")
+    if "\t" in text:
+        text = text.replace("\t", "&#09;")
+    return text
+
+
+def _text(value: Any) -> str:
+    """Element text as xml.etree writes it."""
+    text = xml_text(value)
+    if "&" in text:
+        text = text.replace("&", "&amp;")
+    if "<" in text:
+        text = text.replace("<", "&lt;")
+    if ">" in text:
+        text = text.replace(">", "&gt;")
+    return text
+
+
 def render_junit(register: Register, *, fail_on: str | None = None) -> str:
+    """junit.xml's text (:func:`junit_chunks` joined)."""
+    return "".join(junit_chunks(register, fail_on=fail_on))
+
+
+def junit_chunks(register: Register, *, fail_on: str | None = None) -> Iterator[str]:
+    """junit.xml's text, a host's suite at a time, for writing it without holding all of it.
+
+    The file reads as xml.etree writes an indented tree; it is written here as text, each
+    value escaped once, since a large fleet has a testcase per rule and host (76,000 for
+    1,000 hosts). The totals on the root element are counted first, in a pass that only
+    classifies the testcases.
+    """
     by_host: dict[str, list[RegisterFinding]] = {}
     for finding in register.findings:
         by_host.setdefault(finding.host, []).append(finding)
     outcomes = {h.name: {o.rule: o for o in h.outcomes} for h in register.hosts}
     hosts = sorted(set(outcomes) | set(by_host))
-    stamp = register.generated_at.removesuffix("Z")
-    root = ET.Element("testsuites", name="gpuaudit")
+    stamp = _attr(register.generated_at.removesuffix("Z"))
+    suites = [
+        _Suite(host, by_host.get(host, []), outcomes.get(host, {}), register.rules, fail_on)
+        for host in hosts
+    ]
     totals = {"tests": 0, "failures": 0, "skipped": 0}
-    for host in hosts:
-        suite = _suite(host, by_host.get(host, []), outcomes.get(host, {}), register.rules, fail_on)
-        suite.set("timestamp", xml_text(stamp))
-        root.append(suite)
-        for key in totals:
-            totals[key] += int(suite.get(key, "0"))
-    for key, count in totals.items():
-        root.set(key, str(count))
-    root.set("errors", "0")
-    root.set("time", "0")
-    ET.indent(root)
-    return '<?xml version="1.0" encoding="UTF-8"?>\n' + ET.tostring(root, encoding="unicode") + "\n"
+    for suite in suites:
+        totals["tests"] += len(suite.cases)
+        totals["failures"] += suite.counts["failures"]
+        totals["skipped"] += suite.counts["skipped"]
+    root = (
+        f'<testsuites name="gpuaudit" tests="{totals["tests"]}" '
+        f'failures="{totals["failures"]}" skipped="{totals["skipped"]}" errors="0" time="0"'
+    )
+    yield '<?xml version="1.0" encoding="UTF-8"?>\n'
+    if not suites:
+        yield root + " />\n"
+        return
+    yield root + ">\n"
+    last = len(suites) - 1
+    # Testcase names and the skipped elements of outcomes without findings repeat from host to
+    # host: each is escaped once.
+    memo: dict[Any, str] = {}
+    for number, suite in enumerate(suites):
+        yield suite.text(stamp, fail_on, memo)
+        yield "  </testsuite>\n" if number < last else "  </testsuite>\n</testsuites>\n"
+    # xml.etree ends the root element without a newline; the file adds one, as before.
 
 
-def _suite(
-    host: str,
-    findings: Sequence[RegisterFinding],
-    outcomes: Mapping[str, RuleOutcome],
-    titles: Mapping[str, str],
-    fail_on: str | None,
-) -> ET.Element:
-    per_rule: dict[str, list[RegisterFinding]] = {}
-    names = {code: str(titles.get(code) or "") for code in outcomes}
-    for finding in findings:
-        names.setdefault(finding.rule, finding.finding.title)
-        per_rule.setdefault(finding.rule, []).append(finding)
-    suite = ET.Element("testsuite", name=xml_text(host))
-    counts = {"failures": 0, "skipped": 0}
-    for code in sorted(names):
-        case = ET.SubElement(
-            suite,
-            "testcase",
-            classname=xml_text(host),
-            name=xml_text(f"{code} {names[code]}".strip()),
-            time="0",
+class _Suite:
+    """One host's testsuite: its testcases, classified (counted) before any is written."""
+
+    __slots__ = ("cases", "counts", "host", "names", "outcomes", "per_rule")
+
+    def __init__(
+        self,
+        host: str,
+        findings: Sequence[RegisterFinding],
+        outcomes: Mapping[str, RuleOutcome],
+        titles: Mapping[str, str],
+        fail_on: str | None,
+    ) -> None:
+        self.host, self.outcomes = host, outcomes
+        per_rule: dict[str, list[RegisterFinding]] = {}
+        names = {code: str(titles.get(code) or "") for code in outcomes}
+        for finding in findings:
+            names.setdefault(finding.rule, finding.finding.title)
+            per_rule.setdefault(finding.rule, []).append(finding)
+        self.per_rule, self.names = per_rule, names
+        self.cases = sorted(names)
+        self.counts = {"failures": 0, "skipped": 0}
+        for code in self.cases:
+            result = _result(per_rule.get(code, ()), outcomes.get(code), fail_on)
+            if result:
+                self.counts[result] += 1
+
+    def text(self, stamp: str, fail_on: str | None, memo: dict[Any, str] | None = None) -> str:
+        """The suite's XML; ``memo`` keeps what is escaped once for every suite (the testcase
+        names, the skipped element of an outcome without findings)."""
+        memo = {} if memo is None else memo
+        host = _attr(self.host)
+        failures, skipped = self.counts["failures"], self.counts["skipped"]
+        head = (
+            f'  <testsuite name="{host}" tests="{len(self.cases)}" failures="{failures}" '
+            f'errors="0" skipped="{skipped}" time="0" timestamp="{stamp}"'
         )
-        result = _testcase(case, per_rule.get(code, []), outcomes.get(code), fail_on)
-        if result:
-            counts[result] += 1
-    suite.set("tests", str(len(names)))
-    suite.set("failures", str(counts["failures"]))
-    suite.set("errors", "0")
-    suite.set("skipped", str(counts["skipped"]))
-    suite.set("time", "0")
-    return suite
+        if not self.cases:
+            return head + " />\n"
+        parts = [head, ">\n"]
+        per_rule, outcomes = self.per_rule, self.outcomes
+        for code in self.cases:
+            title = f"{code} {self.names[code]}".strip()
+            name = memo.get(title)
+            if name is None:
+                name = memo[title] = _attr(title)
+            findings = per_rule.get(code, ())
+            outcome = outcomes.get(code)
+            state = outcome.outcome._value_ if outcome is not None else None
+            if not findings and state not in _SKIPPED:
+                parts.append(f'    <testcase classname="{host}" name="{name}" time="0" />\n')
+                continue
+            if not findings and outcome is not None:
+                key = (state, outcome.reason)
+                element = memo.get(key)
+                if element is None:
+                    element = memo[key] = _testcase((), outcome, fail_on)[0]
+                body = [element]
+            else:
+                body = _testcase(findings, outcome, fail_on)
+            parts.append(f'    <testcase classname="{host}" name="{name}" time="0"')
+            if body:
+                parts.append(">\n")
+                parts.extend(f"      {element}\n" for element in body)
+                parts.append("    </testcase>\n")
+            else:
+                parts.append(" />\n")
+        return "".join(parts)
 
 
-def _testcase(
-    case: ET.Element,
-    findings: Sequence[RegisterFinding],
-    outcome: RuleOutcome | None,
-    fail_on: str | None,
-) -> str | None:
-    """Attach the testcase's result; return "failures", "skipped" or None (passed).
-
-    Open findings that do not fail it (below the threshold, or info) go to ``system-out``,
-    whatever the result.
-    """
+def _split(
+    findings: Sequence[RegisterFinding], fail_on: str | None
+) -> tuple[list[RegisterFinding], list[RegisterFinding], list[RegisterFinding], bool]:
+    """(failing, open risks below the threshold, open info findings, any open finding)."""
     open_findings = [f for f in findings if f.status == OPEN]
     risks = [f for f in open_findings if is_risk_severity(f.severity)]
     failing = [f for f in risks if fail_on is None or at_or_above(f.severity, fail_on)]
     below = [f for f in risks if f not in failing]
     info = [f for f in open_findings if not is_risk_severity(f.severity)]
-    result: str | None = None
+    return failing, below, info, bool(open_findings)
+
+
+def _result(
+    findings: Sequence[RegisterFinding], outcome: RuleOutcome | None, fail_on: str | None
+) -> str | None:
+    """The testcase's result: "failures", "skipped" or None (passed)."""
+    state = outcome.outcome._value_ if outcome else None
+    if not findings:
+        return "skipped" if state in _SKIPPED else None
+    failing, _below, _info, any_open = _split(findings, fail_on)
+    if failing:
+        return "failures"
+    if state in _SKIPPED or not any_open:
+        return "skipped"
+    return None
+
+
+def _testcase(
+    findings: Sequence[RegisterFinding],
+    outcome: RuleOutcome | None,
+    fail_on: str | None,
+) -> list[str]:
+    """The testcase's elements, one a string (none: it passed and has nothing to say).
+
+    Open findings that do not fail it (below the threshold, or info) go to ``system-out``,
+    whatever the result.
+    """
     state = outcome.outcome.value if outcome else None
+    if not findings and state not in _SKIPPED:
+        return []
+    failing, below, info, any_open = _split(findings, fail_on)
+    elements = []
     if failing:
         worst = failing[0]  # the register lists findings most severe first
-        element = ET.SubElement(
-            case,
-            "failure",
-            message=xml_text(f"{len(failing)} open finding(s): {worst.finding.message}"),
-            type=worst.severity.value,
+        message = _attr(f"{len(failing)} open finding(s): {worst.finding.message}")
+        elements.append(
+            f'<failure message="{message}" type="{_attr(worst.severity.value)}">'
+            f"{_text(_describe_all(failing))}</failure>"
         )
-        element.text = xml_text(_describe_all(failing))
-        result = "failures"
     elif outcome is not None and state in _SKIPPED:
         reason = outcome.reason or "no reason recorded"
-        element = ET.SubElement(case, "skipped", message=xml_text(f"{_SKIPPED[state]}: {reason}"))
-        element.text = xml_text(reason)
-        result = "skipped"
-    elif findings and not open_findings:
+        message = _attr(f"{_SKIPPED[state]}: {reason}")
+        elements.append(f'<skipped message="{message}">{_text(reason)}</skipped>')
+    elif findings and not any_open:
         waiver = findings[0].waiver
         expires, why = (waiver.expires, waiver.reason) if waiver else (None, "")
-        ET.SubElement(case, "skipped", message=xml_text(f"waived until {expires}: {why}"))
-        result = "skipped"
+        elements.append(f'<skipped message="{_attr(f"waived until {expires}: {why}")}" />')
     parts = []
     if below:
         parts.append(f"open findings below --fail-on {fail_on}:\n\n" + _describe_all(below))
     if info:
         parts.append("informational findings (not risks):\n\n" + _describe_all(info))
     if parts:
-        ET.SubElement(case, "system-out").text = xml_text("\n\n".join(parts))
-    return result
+        joined = "\n\n".join(parts)
+        elements.append(f"<system-out>{_text(joined)}</system-out>")
+    return elements
 
 
 def _describe_all(findings: Sequence[RegisterFinding]) -> str:

@@ -70,8 +70,9 @@ def render_csv(register: Register) -> str:
     out = io.StringIO()
     writer = csv.writer(out, quoting=csv.QUOTE_MINIMAL, lineterminator="\r\n")
     writer.writerow(CSV_COLUMNS)
-    for finding in register.findings:
-        row = finding.to_dict()
+    # The register's own finding entries (register.json's, made once): copied, never changed.
+    for entry in register.head["findings"]:
+        row = dict(entry)
         evidence = row["evidence"]
         row.update(actual=evidence.get("actual"), expected=evidence.get("expected"))
         writer.writerow([csv_cell(row.get(column)) for column in CSV_COLUMNS])
@@ -232,7 +233,7 @@ def _family(name: str, help_text: str, samples: Iterable[str]) -> list[str]:
 
 
 def render_prometheus(register: Register) -> str:
-    findings = [f.to_dict() for f in register.findings]
+    findings = register.head["findings"]  # register.json's entries, made once; only read
     # Two findings may share every label (one rule, two subjects on one GPU): a textfile must
     # not repeat a series, so they are counted in one sample.
     risk_series: dict[tuple[tuple[str, str], ...], int] = {}

@@ -67,6 +67,7 @@ class Scope:
     limit: tuple[str, ...] = ()
     exclude: tuple[str, ...] = ()
     bundles: tuple[str, ...] = ()
+    bundle_dir: str | None = None  # the directory the bundles were read from (--bundle-dir)
 
     def comparable_with(self, other: Scope | None) -> bool:
         """Whether an earlier run of scope ``other`` may be this run's trends baseline.
@@ -85,7 +86,8 @@ class Scope:
         if self.source == BUNDLE:
             shown = ", ".join(self.bundles[:_BUNDLES_SHOWN])
             more = len(self.bundles) - _BUNDLES_SHOWN
-            return f"{len(self.bundles)} bundle file(s): {shown}" + (
+            where = f" in {self.bundle_dir}" if self.bundle_dir else ""
+            return f"{len(self.bundles)} bundle file(s){where}: {shown}" + (
                 f" and {more} more" if more > 0 else ""
             )
         parts = [f"inventory {self.inventory or '(not known)'}"]
@@ -102,6 +104,7 @@ class Scope:
             "limit": list(self.limit),
             "exclude": list(self.exclude),
             "bundles": list(self.bundles),
+            **({"bundle_dir": self.bundle_dir} if self.bundle_dir else {}),
         }
 
     @classmethod
@@ -112,12 +115,16 @@ class Scope:
         inventory = data.get("inventory")
         if inventory is not None and not isinstance(inventory, str):
             raise ValueError("scope inventory must be a string")
+        bundle_dir = data.get("bundle_dir")
+        if bundle_dir is not None and not isinstance(bundle_dir, str):
+            raise ValueError("scope bundle_dir must be a string")
         return cls(
             source=str(source),
             inventory=inventory,
             limit=_strings(data.get("limit"), "limit"),
             exclude=_strings(data.get("exclude"), "exclude"),
             bundles=_strings(data.get("bundles"), "bundles"),
+            bundle_dir=bundle_dir,
         )
 
 
@@ -304,8 +311,12 @@ def inventory_id(inventory: str) -> str:
     return str(path.resolve()) if path.is_file() else inventory
 
 
-def bundle_scope(paths: Iterable[str | os.PathLike[str]]) -> Scope:
-    return Scope(source=BUNDLE, bundles=tuple(Path(p).name for p in paths))
+def bundle_scope(
+    paths: Iterable[str | os.PathLike[str]], directory: str | os.PathLike[str] | None = None
+) -> Scope:
+    """The scope of a run built from bundle files (those of ``directory`` with --bundle-dir)."""
+    where = str(Path(directory).resolve()) if directory is not None else None
+    return Scope(source=BUNDLE, bundles=tuple(Path(p).name for p in paths), bundle_dir=where)
 
 
 # --- the run directory's copy --------------------------------------------------------------------

@@ -626,16 +626,27 @@ class Register:
     def document(self) -> dict[str, Any]:
         """:meth:`to_dict`, made once: what the renderers that write JSON read (register.json,
         the page's data). Shared by them: never changed."""
+        if "head" in self.__dict__:
+            return {**self.head, "hosts": [h.to_dict() for h in self.hosts]}
         return self.to_dict()
 
-    def to_dict(self) -> dict[str, Any]:
-        """register.json's document."""
+    @functools.cached_property
+    def head(self) -> dict[str, Any]:
+        """:attr:`document` without its hosts (their ``hosts`` is an empty list, in its place):
+        what the page reads, and register.json's text around its hosts, which are written one
+        by one (renderers.register_json_chunks). Shared: never changed."""
+        if "document" in self.__dict__:
+            return {**self.document, "hosts": []}
+        return self.to_dict(hosts=False)
+
+    def to_dict(self, *, hosts: bool = True) -> dict[str, Any]:
+        """register.json's document (``hosts=False``: with an empty host list)."""
         document: dict[str, Any] = {
             "schema_version": self.schema_version,
             "generated_at": self.generated_at,
             "run_id": self.run_id,
             "summary": self.summary.to_dict(),
-            "hosts": [h.to_dict() for h in self.hosts],
+            "hosts": [h.to_dict() for h in self.hosts] if hosts else [],
             "rules": dict(self.rules),
             "risks": [r.to_dict() for r in self.risks],
             "findings": [f.to_dict() for f in self.findings],

@@ -12,14 +12,14 @@ of the docs pages the register cites, in memory, register.json last: nothing is 
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
 from gpuaudit.model.snapshot import HostSnapshot
-from gpuaudit.report.html import render_html
-from gpuaudit.report.junit import render_junit
+from gpuaudit.report.html import HTML_FILE, render_html, render_page
+from gpuaudit.report.junit import junit_chunks, render_junit
 from gpuaudit.report.outputs import (
     CSV_FILE,
     JUNIT_FILE,
@@ -33,7 +33,6 @@ from gpuaudit.report.references import DOCS_DIR, docs_file, docs_pages
 from gpuaudit.report.register_types import Register
 
 REGISTER_FILE = "register.json"
-HTML_FILE = "index.html"
 
 
 @dataclass(frozen=True)
@@ -57,15 +56,28 @@ class Renderer(Protocol):
     def render(self, given: RenderInput) -> str: ...
 
 
+# A file of the report: its path in the run directory, and its text in pieces (written as
+# they come, never all held at once; render_all joins them).
+FileText = tuple[str, Iterable[str]]
+
+
 @dataclass(frozen=True)
 class Format:
-    """A renderer made of its file name and a function of the render input."""
+    """A renderer made of its file name and a function of the render input; ``to_files``,
+    where given, writes its file in pieces, or several files (the page and its detail files),
+    as :func:`render_files` asks for them."""
 
     filename: str
     to_text: Callable[[RenderInput], str]
+    to_files: Callable[[RenderInput], Iterable[FileText]] | None = None
 
     def render(self, given: RenderInput) -> str:
         return self.to_text(given)
+
+    def files(self, given: RenderInput) -> Iterable[FileText]:
+        if self.to_files is None:
+            return [(self.filename, (self.to_text(given),))]
+        return self.to_files(given)
 
 
 def register_json(register: Register) -> str:
@@ -74,31 +86,98 @@ def register_json(register: Register) -> str:
     One top-level key a line, and each entry of its lists (hosts, risks, findings) on a line of
     its own: as easy to read and to diff as an indented file, and written by the json module's
     C encoder, which an indented dump does not use (a tenth of the time on a large fleet)."""
-    return _lines_json(register.document)
+    return "".join(register_json_chunks(register))
 
 
-def _lines_json(document: Mapping[str, Any]) -> str:
-    def dump(value: Any) -> str:
-        return json.dumps(value, ensure_ascii=False, allow_nan=False)
+def register_json_chunks(register: Register) -> Iterator[str]:
+    """register.json's text (:func:`register_json`) in pieces: its hosts, the largest part
+    (every rule's outcome on each), are turned into JSON one at a time, never all held."""
+    head = register.head
+    hosts = (h.to_dict() for h in register.hosts)
+    return _lines_json(head, {"hosts": hosts} if register.hosts else {})
 
-    parts = []
-    for key, value in document.items():
-        if isinstance(value, list) and value:
-            items = ",\n  ".join(dump(item) for item in value)
-            parts.append(f" {dump(key)}: [\n  {items}\n ]")
-        else:
-            parts.append(f" {dump(key)}: {dump(value)}")
-    return "{\n" + ",\n".join(parts) + "\n}\n"
+
+def _dump(value: Any) -> str:
+    return json.dumps(value, ensure_ascii=False, allow_nan=False)
+
+
+def _lines_json(
+    document: Mapping[str, Any], streamed: Mapping[str, Iterable[Any]] | None = None
+) -> Iterator[str]:
+    """``document`` one key a line and each entry of a list on its own; the lists of
+    ``streamed`` stand for the document's values of their keys, written entry by entry."""
+    streamed = streamed or {}
+    yield "{\n"
+    for number, (key, value) in enumerate(document.items()):
+        lead = " " if number == 0 else ",\n "
+        items = streamed.get(key)
+        if items is None and isinstance(value, list) and value:
+            items = value
+        if items is None:
+            yield f"{lead}{_dump(key)}: {_dump(value)}"
+            continue
+        first = True
+        for item in items:
+            yield (f"{lead}{_dump(key)}: [\n  " if first else ",\n  ") + _dump(item)
+            first = False
+        yield f"{lead}{_dump(key)}: []" if first else "\n ]"
+    yield "\n}\n"
+
+
+def _html_files(given: RenderInput) -> Iterator[FileText]:
+    for name, text in render_page(given.register, given.snapshots, docs_pages=given.docs_pages):
+        yield name, (text,)
 
 
 RENDERERS: tuple[Renderer, ...] = (
-    Format(HTML_FILE, lambda g: render_html(g.register, g.snapshots, docs_pages=g.docs_pages)),
+    Format(
+        HTML_FILE,
+        lambda g: render_html(g.register, g.snapshots, docs_pages=g.docs_pages),
+        _html_files,
+    ),
     Format(CSV_FILE, lambda g: render_csv(g.register)),
     Format(MARKDOWN_FILE, lambda g: render_markdown(g.register)),
-    Format(JUNIT_FILE, lambda g: render_junit(g.register, fail_on=g.fail_on)),
+    Format(
+        JUNIT_FILE,
+        lambda g: render_junit(g.register, fail_on=g.fail_on),
+        lambda g: [(JUNIT_FILE, junit_chunks(g.register, fail_on=g.fail_on))],
+    ),
     Format(PROMETHEUS_FILE, lambda g: render_prometheus(g.register)),
-    Format(REGISTER_FILE, lambda g: register_json(g.register)),  # last: the run's commit point
+    # Last: the run's commit point.
+    Format(
+        REGISTER_FILE,
+        lambda g: register_json(g.register),
+        lambda g: [(REGISTER_FILE, register_json_chunks(g.register))],
+    ),
 )
+
+
+def render_files(
+    register: Register,
+    snapshots: Sequence[HostSnapshot],
+    *,
+    fail_on: str | None = None,
+    renderers: Sequence[Renderer] | None = None,
+) -> Iterator[FileText]:
+    """Every file of the report, one after the other, in pieces: the docs pages the register
+    cites, then each renderer's files (default :data:`RENDERERS`), register.json last. Each
+    file is made when it is asked for, so a caller that writes it before asking for the next
+    never holds more than one (the run directory's store does)."""
+    docs = docs_copies(cited_references(register))
+    given = RenderInput(register, snapshots, frozenset(docs), fail_on)
+    for name, page in docs.items():
+        yield name, (page,)
+    last: list[FileText] = []
+    for renderer in RENDERERS if renderers is None else renderers:
+        files = renderer.files(given) if isinstance(renderer, Format) else None
+        if files is None:
+            files = [(renderer.filename, (renderer.render(given),))]
+        for name, pieces in files:
+            if name == REGISTER_FILE:
+                last.append((name, pieces))
+            else:
+                yield name, pieces
+    yield from last
 
 
 def render_all(
@@ -109,15 +188,12 @@ def render_all(
     renderers: Sequence[Renderer] | None = None,
 ) -> dict[str, str]:
     """Every file of the report by its path in the run directory, with its text: the docs
-    pages the register cites, then each renderer's file (default :data:`RENDERERS`),
-    register.json last."""
-    files = docs_copies(cited_references(register))
-    given = RenderInput(register, snapshots, frozenset(files), fail_on)
-    for renderer in RENDERERS if renderers is None else renderers:
-        files[renderer.filename] = renderer.render(given)
-    if REGISTER_FILE in files:
-        files[REGISTER_FILE] = files.pop(REGISTER_FILE)
-    return files
+    pages the register cites, then each renderer's files (default :data:`RENDERERS`; the page
+    may come with its detail files, html.render_page), register.json last."""
+    return {
+        name: "".join(text)
+        for name, text in render_files(register, snapshots, fail_on=fail_on, renderers=renderers)
+    }
 
 
 def docs_copies(references: Sequence[Any], docs_dir: Path | None = None) -> dict[str, str]:

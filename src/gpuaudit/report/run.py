@@ -7,7 +7,8 @@ Layout::
         hosts/<safe-host-name>.json   one HostSnapshot per host, written the moment it arrives
         register.json                 the risk register (see register.py)
         provenance.json               what the run covered and who ran it (provenance.py)
-        index.html                    the self-contained HTML page
+        index.html                    the HTML page (self-contained, or for a large fleet
+        page/hosts-NNNN.js            with its hosts' details beside it: html.py)
         register.csv, summary.md,     views of the register for other tools (outputs.py)
         junit.xml, gpuaudit.prom
         docs/                         the gpuaudit docs pages the register cites, which the
@@ -29,13 +30,14 @@ import json
 import os
 import re
 import tempfile
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from gpuaudit.model.snapshot import HostSnapshot, HostStatus, Section
+from gpuaudit.report.html import PAGE_DIR
 from gpuaudit.report.provenance import PROVENANCE_FILE
 from gpuaudit.report.register import utc_now_iso
 from gpuaudit.report.register_types import Register
@@ -90,11 +92,22 @@ def atomic_write_files(files: Mapping[Path, str]) -> None:
     as it was and no temporary behind; renames need no space, and a caller that gives the file
     marking the set complete last never leaves it newer than the others.
     """
+    atomic_write_streams(files.items())
+
+
+def atomic_write_streams(files: Iterable[tuple[Path, Iterable[str]]]) -> list[Path]:
+    """:func:`atomic_write_files` for files made one after the other, each in pieces: each
+    file's pieces are written to its temporary file as they come (the next file is asked for
+    only then, so no more than one is held), and once all are on disk they are renamed into
+    place in the order given. Returns the paths written."""
     staged: dict[Path, str] = {}
     try:
-        for path, text in files.items():
-            staged[path] = _write_temporary(path, text)
-        for path in list(staged):
+        for path, pieces in files:
+            if path in staged:  # a file given twice: the later text wins, as in a mapping
+                os.unlink(staged.pop(path))
+            staged[path] = _write_temporary(path, pieces)
+        written = list(staged)
+        for path in written:
             os.replace(staged[path], path)
             del staged[path]
     except BaseException:
@@ -102,15 +115,21 @@ def atomic_write_files(files: Mapping[Path, str]) -> None:
             with contextlib.suppress(OSError):
                 os.unlink(tmp_name)
         raise
+    return written
 
 
-def _write_temporary(path: Path, text: str) -> str:
-    """``text`` in a new temporary file beside ``path``, flushed to disk; its name."""
+def _write_temporary(path: Path, text: str | Iterable[str]) -> str:
+    """``text`` (or its pieces) in a new temporary file beside ``path``, flushed to disk; its
+    name."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
         with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as handle:
-            handle.write(text)
+            if isinstance(text, str):
+                handle.write(text)
+            else:
+                for piece in text:
+                    handle.write(piece)
             handle.flush()
             os.fsync(handle.fileno())
         # mkstemp creates 0600; a report is as readable as any file the user creates.
@@ -182,6 +201,20 @@ class RunDir:
         temporary name first, then renamed into place in the order given (register.json last,
         as the renderers give it)."""
         atomic_write_files({self.path / name: text for name, text in files.items()})
+
+    def store_files(self, files: Iterable[tuple[str, Iterable[str]]]) -> None:
+        """:meth:`store` for files made one at a time, each in pieces (renderers.render_files):
+        each is written to its temporary name as it comes, all are renamed into place at the
+        end in the order given (register.json last). Detail files of an earlier page
+        (``page/``, html.render_page) that this report no longer has are removed then."""
+        written = atomic_write_streams((self.path / name, text) for name, text in files)
+        page_dir = self.path / PAGE_DIR
+        if page_dir.is_dir():
+            keep = set(written)
+            for stale in page_dir.glob("hosts-*.js"):
+                if stale not in keep:
+                    with contextlib.suppress(OSError):
+                        stale.unlink()
 
     def discard_if_empty(self) -> bool:
         """Remove the run directory when the run left nothing in it, and say whether it did.

@@ -18,9 +18,11 @@ them (``reports/example``) is never mistaken for the last audit. A run with a ha
 compared with sibling runs by directory modification time.
 
 Snapshots are the source of truth here too: hosts, drivers and counters come from the previous
-run's ``hosts/`` (so trends work from snapshots alone). Risk ids come from its ``register.json``
-(``risks``, else regrouped ``findings``); with no readable register the rules are run on the
-previous snapshots with the previous run's own ``policy.yaml`` when it kept one.
+run's ``hosts/`` (so trends work from snapshots alone), read from its ``trend-basis.json``
+(trend_basis.py: those values of each snapshot, written with its register) while that file
+still matches the snapshot files, else from the snapshots themselves. Risk ids come from its
+``register.json`` (``risks``, else regrouped ``findings``); with no readable register the rules
+are run on the previous snapshots with the previous run's own ``policy.yaml`` when it kept one.
 
 Counters compared per GPU (host + PCI bus id, which survives re-enumeration of GPU indexes):
 ECC volatile/aggregate corrected/uncorrected, remapped rows, retired pages and XID events from
@@ -48,36 +50,30 @@ import functools
 import json
 import os
 import re
-from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
-from gpuaudit.model.snapshot import Gpu, HostSnapshot, bus_key
+from gpuaudit.model.snapshot import HostSnapshot
 from gpuaudit.report.provenance import Scope, read_provenance
 from gpuaudit.report.register_types import CounterGrowth, DriverChange, Risk, RiskBrief, Trends
 from gpuaudit.report.risks import build_risks
+from gpuaudit.report.trend_basis import GPU_COUNTERS, HostCounters, host_counters, read_basis
 from gpuaudit.rules.audit import NOT_COLLECTED
 from gpuaudit.rules.base import Finding
 
 if TYPE_CHECKING:
     from gpuaudit.policy import Policy
 
-# Counters compared between runs, as attribute paths on Gpu; the path is the metric's name.
-GPU_COUNTERS = (
-    "ecc_volatile.uncorrected",
-    "ecc_volatile.corrected",
-    "ecc_aggregate.uncorrected",
-    "ecc_aggregate.corrected",
-    "remapped_rows.uncorrectable",
-    "remapped_rows.correctable",
-    "retired_pages.double_bit",
-    "retired_pages.single_bit",
-)
+__all__ = ["GPU_COUNTERS", "PreviousRun", "build_trends", "find_previous", "load_previous"]
+
 XID_METRIC = "xid_events"
 _METRIC_ORDER = {name: i for i, name in enumerate((*GPU_COUNTERS, XID_METRIC))}
+
+# A host as trends compare it: this run's snapshot, or what the previous run kept of one.
+_Host = TypeVar("_Host", HostSnapshot, HostCounters)
 
 _TIMESTAMP_ID = re.compile(r"^(\d{8}T\d{6}Z)(?:-(\d+))?$")
 
@@ -88,7 +84,7 @@ class PreviousRun:
 
     run_id: str
     generated_at: str | None
-    snapshots: tuple[HostSnapshot, ...]
+    hosts: tuple[HostCounters, ...]  # what trends compare of each of its snapshots
     risks: tuple[RiskBrief, ...]  # id, title, severity, affected_hosts of each risk
     scope: Scope | None = None  # what it covered, when it recorded that (provenance.py)
     notes: tuple[str, ...] = ()
@@ -159,18 +155,24 @@ def load_previous(path: str | os.PathLike[str]) -> PreviousRun:
     run = RunDir(path)
     if not run.hosts_dir.is_dir():
         raise FileNotFoundError(f"previous run {run.path} holds no hosts/ directory")
-    snapshots = tuple(run.load_snapshots())
     register = _read_register(run.register_path)
+    notes: list[str] = []
+    # The counters from trend-basis.json when it still matches the snapshots, and the risks
+    # from register.json: then no snapshot is read. Otherwise the snapshots, as ever.
+    hosts = read_basis(run.path) if register is not None else None
+    risks = _register_risks(register) if hosts is not None else None
+    if hosts is None or risks is None:
+        snapshots = tuple(run.load_snapshots())
+        hosts = tuple(host_counters(s) for s in snapshots)
+        risks = _previous_risks(register, snapshots, run.path, notes)
     generated_at = register.get("generated_at") if register else None
     if not isinstance(generated_at, str):
-        generated_at = max((s.collected_at for s in snapshots), default=None)
-    notes: list[str] = []
-    risks = _previous_risks(register, snapshots, run.path, notes)
+        generated_at = max((h.collected_at for h in hosts), default=None)
     recorded = read_provenance(run.path)
     return PreviousRun(
         run.run_id,
         generated_at,
-        snapshots,
+        hosts,
         tuple(risks),
         scope=recorded.scope if recorded else None,
         notes=tuple(notes),
@@ -185,28 +187,39 @@ def _read_register(path: Path) -> dict[str, Any] | None:
     return data if isinstance(data, dict) else None
 
 
+def _register_risks(register: Mapping[str, Any] | None) -> list[RiskBrief] | None:
+    """The risks a previous register.json names (``risks``, else its ``findings`` regrouped);
+    None when it names neither readably."""
+    risks = register.get("risks") if register else None
+    if isinstance(risks, list) and all(isinstance(r, dict) and "id" in r for r in risks):
+        return [_risk_brief(r) for r in risks]
+    if register and isinstance(register.get("findings"), list):
+        try:
+            findings = [Finding.from_dict(f) for f in register["findings"]]
+        except (KeyError, TypeError, ValueError):
+            return None  # a damaged register: the snapshots decide
+        return _briefs(findings)
+    return None
+
+
+def _briefs(findings: Sequence[Finding]) -> list[RiskBrief]:
+    return [
+        RiskBrief(r.id, r.title, r.severity.value, r.affected_hosts) for r in build_risks(findings)
+    ]
+
+
 def _previous_risks(
     register: Mapping[str, Any] | None,
     snapshots: Sequence[HostSnapshot],
     run_path: Path,
     notes: list[str],
 ) -> list[RiskBrief]:
-    risks = register.get("risks") if register else None
-    if isinstance(risks, list) and all(isinstance(r, dict) and "id" in r for r in risks):
-        return [_risk_brief(r) for r in risks]
-    findings: list[Finding] | None = None
-    if register and isinstance(register.get("findings"), list):
-        try:
-            findings = [Finding.from_dict(f) for f in register["findings"]]
-        except (KeyError, TypeError, ValueError):
-            findings = None  # a damaged register: fall back to the snapshots
-    if findings is None:
-        from gpuaudit.rules import evaluate
+    from_register = _register_risks(register)
+    if from_register is not None:
+        return from_register
+    from gpuaudit.rules import evaluate
 
-        findings = list(evaluate(snapshots, policy=_own_policy(run_path, notes)))
-    return [
-        RiskBrief(r.id, r.title, r.severity.value, r.affected_hosts) for r in build_risks(findings)
-    ]
+    return _briefs(list(evaluate(snapshots, policy=_own_policy(run_path, notes))))
 
 
 def _own_policy(run_path: Path, notes: list[str]) -> Policy | None:
@@ -246,7 +259,7 @@ def build_trends(
     if previous is None:
         return None
     now = _latest_by_host(snapshots)
-    before = _latest_by_host(previous.snapshots)
+    before = _latest_by_host(previous.hosts)
     shared = set(now) & set(before)
     audited = {h for h in shared if now[h].status not in NOT_COLLECTED}
     previous_by_id = {r.id: r for r in previous.risks}
@@ -305,7 +318,9 @@ def build_trends(
         hosts_added=tuple(sorted(set(now) - set(before))),
         hosts_removed=tuple(sorted(set(before) - set(now))),
         driver_changes=tuple(_driver_changes(both, before, now)),
-        growth=tuple(g for host in both for g in _growth(host, before[host], now[host])),
+        growth=tuple(
+            g for host in both for g in _growth(host, before[host], host_counters(now[host]))
+        ),
         notes=previous.notes,
     )
 
@@ -323,19 +338,21 @@ def _fleet_rules() -> frozenset[str]:
     return frozenset(r.code for r in all_rules() if r.check_fleet is not None)
 
 
-def _latest_by_host(snapshots: Iterable[HostSnapshot]) -> dict[str, HostSnapshot]:
-    latest: dict[str, HostSnapshot] = {}
+def _latest_by_host(snapshots: Iterable[_Host]) -> dict[str, _Host]:
+    latest: dict[str, _Host] = {}
     for snap in sorted(snapshots, key=lambda s: (s.host, s.collected_at)):
         latest[snap.host] = snap
     return latest
 
 
-def _driver(snap: HostSnapshot) -> str | None:
+def _driver(snap: HostSnapshot | HostCounters) -> str | None:
+    if isinstance(snap, HostCounters):
+        return snap.driver
     return snap.driver_version or snap.driver_version_proc
 
 
 def _driver_changes(
-    hosts: Sequence[str], before: Mapping[str, HostSnapshot], now: Mapping[str, HostSnapshot]
+    hosts: Sequence[str], before: Mapping[str, HostCounters], now: Mapping[str, HostSnapshot]
 ) -> list[DriverChange]:
     changes = []
     for host in hosts:
@@ -346,38 +363,16 @@ def _driver_changes(
     return changes
 
 
-def _counter(gpu: Gpu, path: str) -> int | None:
-    value: Any = gpu
-    for part in path.split("."):
-        value = getattr(value, part, None)
-    return value if isinstance(value, int) and not isinstance(value, bool) else None
-
-
-def _xid_counts(snap: HostSnapshot) -> Counter[str]:
-    """XID events per PCI bus id; a GPU that fell off the bus keeps its count by bus id."""
-    by_index = {g.index: g.pci_bus_id for g in snap.gpus}
-    counts: Counter[str] = Counter()
-    for event in snap.xid_events:
-        if event.kind not in ("xid", "fallen_off_bus"):  # SXids and failed starts: no XID
-            continue
-        bus = bus_key(event.pci_bus_id)
-        if bus is None and event.gpu_index is not None:
-            bus = by_index.get(event.gpu_index)
-        if bus:
-            counts[bus] += 1
-    return counts
-
-
-def _growth(host: str, before: HostSnapshot, now: HostSnapshot) -> list[CounterGrowth]:
+def _growth(host: str, before: HostCounters, now: HostCounters) -> list[CounterGrowth]:
     old_gpus = {g.pci_bus_id: g for g in before.gpus if g.pci_bus_id}
     new_gpus = {g.pci_bus_id: g for g in now.gpus if g.pci_bus_id}
     rows = []
     for bus in sorted(set(old_gpus) & set(new_gpus)):
-        for metric in GPU_COUNTERS:
+        for number, metric in enumerate(GPU_COUNTERS):
             rows.append(
-                (bus, metric, _counter(old_gpus[bus], metric), _counter(new_gpus[bus], metric))
+                (bus, metric, old_gpus[bus].counters[number], new_gpus[bus].counters[number])
             )
-    old_xids, new_xids = _xid_counts(before), _xid_counts(now)
+    old_xids, new_xids = before.xids, now.xids
     for bus in sorted(set(new_xids)):
         rows.append((bus, XID_METRIC, old_xids.get(bus, 0), new_xids[bus]))
     growth = []

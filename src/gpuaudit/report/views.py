@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import functools
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from gpuaudit.model.snapshot import Gpu, GpuNvLink, HostSnapshot, Topology
@@ -38,6 +38,11 @@ def css_class(value: Any, allowed: frozenset[str]) -> str:
 
 def show(value: Any) -> str:
     """Any evidence value as short text: None is a dash, containers are compact JSON."""
+    kind = type(value)  # the common exact types first: called for every value on the page
+    if kind is str:
+        return value or DASH
+    if kind is int or kind is float:
+        return str(value)
     if value is None or value == "":
         return DASH
     if isinstance(value, bool):
@@ -300,17 +305,57 @@ def gpu_models(gpus: Sequence[Gpu]) -> str:
     return ", ".join(f"{count}× {name}" for name, count in ordered)
 
 
+class HostViews:
+    """:func:`host_view` for the hosts of one page: a board layout the fleet repeats gets one
+    topology view, the same object for every host that has it (html.py then shares it by
+    identity, without comparing its JSON text host after host)."""
+
+    def __init__(self) -> None:
+        self._topologies: dict[Any, dict[str, Any] | None] = {}
+
+    def topology(self, topology: Topology | None) -> dict[str, Any] | None:
+        if topology is None or not topology.devices:
+            return None
+        key = (
+            topology.devices,
+            topology.columns,
+            topology.matrix,
+            tuple(topology.cpu_affinity.items()),
+            tuple(topology.numa_affinity.items()),
+            tuple(topology.legend.items()),
+        )
+        try:
+            if key in self._topologies:
+                return self._topologies[key]
+        except TypeError:  # a value that cannot be hashed: no sharing
+            return topology_view(topology)
+        view = self._topologies[key] = topology_view(topology)
+        return view
+
+    def host(
+        self,
+        snapshot: HostSnapshot,
+        anchor: str,
+        finding_ids: Sequence[int],
+        severities: Sequence[str],
+        checklists: Sequence[dict[str, Any]] = (),
+    ) -> dict[str, Any]:
+        return host_view(snapshot, anchor, finding_ids, severities, checklists, self.topology)
+
+
 def host_view(
     snapshot: HostSnapshot,
     anchor: str,
     finding_ids: Sequence[int],
     severities: Sequence[str],
     checklists: Sequence[dict[str, Any]] = (),
+    topology_of: Callable[[Topology | None], dict[str, Any] | None] = topology_view,
 ) -> dict[str, Any]:
     """One host, as the page data the script draws its section from.
 
     ``finding_ids`` index the page's findings list; ``severities`` are those findings'
-    severities, counted here for the section's one-line summary.
+    severities, counted here for the section's one-line summary; ``topology_of`` makes the
+    topology's view (:class:`HostViews` shares one between hosts).
     """
     failed_sections = [
         {"name": name, "rc": show(section.rc), "stderr": section.stderr[:2000]}
@@ -342,7 +387,7 @@ def host_view(
         "gpus_attention": sum(1 for row in rows if row["attention"]),
         "expected_gpus": snapshot.host_data.get("expected_gpu_count"),
         "attached_gpus": snapshot.attached_gpus,
-        "topology": topology_view(snapshot.topology),
+        "topology": topology_of(snapshot.topology),
         "nvlink": nvlink_view(snapshot.nvlink),
         # Lists a fleet mostly shares (html.py keeps each distinct one once); None when empty.
         "packages": [

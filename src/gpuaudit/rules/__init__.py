@@ -45,7 +45,7 @@ from gpuaudit.rules import (
     visibility,
     xid,
 )
-from gpuaudit.rules.audit import NOT_COLLECTED, judge, not_audited, rule_failed
+from gpuaudit.rules.audit import NOT_COLLECTED, HostJudging, judge, not_audited, rule_failed
 from gpuaudit.rules.base import (
     FLEET_HOST,
     REGISTRY,
@@ -118,39 +118,50 @@ def assess(
     finding. ``cluster`` is the Kubernetes view the scheduler rules (GA9xx) compare the hosts
     with; without one they are not evaluated.
     """
-    from gpuaudit.policy.settings import resolve_settings  # late: policy imports this package
+    from gpuaudit.policy.settings import SettingsResolver  # late: policy imports this package
 
     fleet = tuple(snapshots)
     settings_for, override = _policy_hooks(policy)
     fleet_ctx = RuleContext(fleet=fleet, policy=settings_for(None), cluster=cluster)
+    resolver = SettingsResolver(_site(policy))  # each host's settings, resolved once
     contexts = [
         RuleContext(
             fleet=fleet,
-            policy=resolve_settings(_site(policy), snap.host, snap.host_data).as_dict(),
+            policy=resolver.resolve(snap.host, snap.host_data).as_dict(),
             resolved_for=snap.host,
             cluster=cluster,
         )
         for snap in fleet
     ]
     hosts = [(snap, ctx, _disabled(ctx)) for snap, ctx in zip(fleet, contexts, strict=True)]
+    judging = {id(snap): HostJudging(snap) for snap in fleet}
     findings: list[Finding] = []
     outcomes: list[RuleOutcome] = []
     for rule in all_rules():
         if rule.check_host is not None:
             check_host = rule.check_host
             for snap, ctx, off in hosts:
-                if rule.code in off:
+                if off and rule.code in off:
                     outcomes.append(_disabled_outcome(rule, snap, policy))
                     continue
                 if snap.status in NOT_COLLECTED and not rule.runs_without_data:
                     outcomes.append(not_audited(rule, snap))
                     continue
-                results = _guarded(rule, snap.host, partial(check_host, rule, snap, ctx))
-                failure = _failure_of(rule, results)
-                findings.extend(r for r in results if isinstance(r, Finding))
-                outcomes.append(judge(rule, snap, [] if failure else results, failure))
+                # _guarded's work, inline: this runs once per rule and host.
+                try:
+                    results = list(check_host(rule, snap, ctx))
+                except Exception as exc:  # any rule bug must become a finding, not a crash
+                    results = [_failure(rule, snap.host, exc)]
+                failure = _failure_of(rule, results) if results else None
+                if results:
+                    findings.extend(r for r in results if isinstance(r, Finding))
+                outcomes.append(
+                    judge(rule, snap, [] if failure else results, failure, judging[id(snap)])
+                )
         if rule.check_fleet is not None:
-            outcomes += _run_fleet(rule, rule.check_fleet, hosts, fleet_ctx, policy, findings)
+            outcomes += _run_fleet(
+                rule, rule.check_fleet, hosts, fleet_ctx, policy, findings, judging
+            )
     outcomes += _rule_failures(hosts, findings)
     return Evaluation(
         findings=tuple(sort_findings(override(f) for f in findings)), outcomes=tuple(outcomes)
@@ -164,6 +175,7 @@ def _run_fleet(
     fleet_ctx: RuleContext,
     policy: Policy | Mapping[str, Any] | None,
     findings: list[Finding],
+    judging: Mapping[int, HostJudging] | None = None,
 ) -> list[RuleOutcome]:
     """Run a fleet rule once; add its findings and return its outcome on every host."""
     if rule.code in _disabled(fleet_ctx):
@@ -173,6 +185,9 @@ def _run_fleet(
     failure = _failure_of(rule, results)
     disabled_on = {snap.host for snap, _ctx, off in hosts if rule.code in off}
     findings.extend(r for r in results if isinstance(r, Finding) and r.host not in disabled_on)
+    by_host: dict[str | None, list[CheckResult]] = {}
+    for r in results:
+        by_host.setdefault(r.host, []).append(r)
     outcomes = []
     for snap, _ctx, off in hosts:
         if rule.code in off:
@@ -180,8 +195,9 @@ def _run_fleet(
         elif snap.status in NOT_COLLECTED:
             outcomes.append(not_audited(rule, snap))
         else:
-            mine = [] if failure else [r for r in results if r.host == snap.host]
-            outcomes.append(judge(rule, snap, mine, failure))
+            mine = [] if failure else by_host.get(snap.host, [])
+            host = judging.get(id(snap)) if judging is not None else None
+            outcomes.append(judge(rule, snap, mine, failure, host))
     return outcomes
 
 

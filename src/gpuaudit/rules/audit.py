@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
 
-from gpuaudit.model.snapshot import HostSnapshot, HostStatus
+from gpuaudit.model.snapshot import Gpu, HostSnapshot, HostStatus
 from gpuaudit.rules import refs
 from gpuaudit.rules.base import (
     REGISTRY,
@@ -161,14 +161,41 @@ DRIVER_MODULE = section_need(
 )
 
 
+class HostJudging:
+    """What :func:`judge` works out about one host once, for every rule judged on it: the
+    host's GPUs in index order, their outcomes where a rule found nothing on any of them, and
+    why the host lacks each need asked about (evaluate() keeps one per host)."""
+
+    __slots__ = ("_missing", "_plain", "gpus")
+
+    def __init__(self, snap: HostSnapshot) -> None:
+        self.gpus = tuple(sorted(snap.gpus, key=lambda g: g.index))
+        self._plain: tuple[GpuOutcome, ...] | None = None
+        self._missing: dict[int, tuple[Need, str | None]] = {}
+
+    def plain(self) -> tuple[GpuOutcome, ...]:
+        """The GPUs' outcomes where a rule had nothing to say of any of them."""
+        if self._plain is None:
+            self._plain = tuple(_plain_gpu_outcome(gpu) for gpu in self.gpus)
+        return self._plain
+
+    def missing(self, need: Need, snap: HostSnapshot) -> str | None:
+        known = self._missing.get(id(need))
+        if known is None:
+            known = self._missing[id(need)] = (need, need.missing(snap))
+        return known[1]
+
+
 def judge(
     rule: Rule,
     snap: HostSnapshot,
     results: Sequence[CheckResult],
     failure: Finding | None = None,
+    host: HostJudging | None = None,
 ) -> RuleOutcome:
     """The rule's outcome on ``snap`` from what its check gave for that host (``failure``: the
-    GA000 finding when the check raised)."""
+    GA000 finding when the check raised; ``host``: what was worked out about the host already,
+    for the next rule judged there)."""
     if failure is not None:
         return RuleOutcome(
             rule.code,
@@ -177,15 +204,35 @@ def judge(
             f"the rule failed ({failure.rule}): {failure.evidence.actual}",
             per_gpu=rule.per_gpu,
         )
+    if host is None:
+        host = HostJudging(snap)
+    if not results:
+        # The common case, made short: the check found nothing and skipped nothing.
+        unjudged = [(n.outcome, m) for n in rule.needs if (m := host.missing(n, snap)) is not None]
+        gpus = host.plain() if rule.per_gpu else ()
+        return _unjudged(rule, snap, unjudged, gpus)
     findings = [r for r in results if isinstance(r, Finding)]
     skipped = [r for r in results if isinstance(r, NotEvaluated)]
-    gpus = _gpu_outcomes(snap, findings, skipped) if rule.per_gpu else ()
+    gpus = _gpu_outcomes(host, findings, skipped) if rule.per_gpu else ()
     if findings:
         return RuleOutcome(
             rule.code, snap.host, Outcome.FAIL, "", len(findings), gpus, rule.per_gpu
         )
-    unjudged = [(n.outcome, m) for n in rule.needs if (m := n.missing(snap)) is not None]
+    unjudged = [(n.outcome, m) for n in rule.needs if (m := host.missing(n, snap)) is not None]
     unjudged += [(s.outcome, s.reason) for s in skipped if s.gpu is None]
+    return _unjudged(rule, snap, unjudged, gpus)
+
+
+def _unjudged(
+    rule: Rule,
+    snap: HostSnapshot,
+    unjudged: list[tuple[Outcome, str]],
+    gpus: tuple[GpuOutcome, ...],
+) -> RuleOutcome:
+    """The outcome of a rule that found nothing on ``snap``: passed, or why it did not judge
+    (``unjudged``: the needs the host lacks and what the check skipped, with their outcomes)."""
+    if not unjudged and not any(g.outcome is Outcome.NOT_EVALUATED for g in gpus):
+        return RuleOutcome(rule.code, snap.host, Outcome.PASS, "", 0, gpus, rule.per_gpu)
     kinds = {outcome for outcome, _ in unjudged}
     gpu_gaps = any(g.outcome is Outcome.NOT_EVALUATED for g in gpus)
     if len(kinds) == 1 and kinds != {Outcome.NOT_EVALUATED} and not gpu_gaps:
@@ -201,25 +248,29 @@ def judge(
 
 
 def _gpu_outcomes(
-    snap: HostSnapshot, findings: Sequence[Finding], skipped: Sequence[NotEvaluated]
+    host: HostJudging, findings: Sequence[Finding], skipped: Sequence[NotEvaluated]
 ) -> tuple[GpuOutcome, ...]:
     failed = {f.gpu for f in findings if f.gpu is not None}
     not_judged = {s.gpu: s.reason for s in skipped if s.gpu is not None}
+    if not failed and not not_judged:
+        return host.plain()
     outcomes = []
-    for gpu in sorted(snap.gpus, key=lambda g: g.index):
+    for gpu in host.gpus:
         if gpu.index in failed:
             outcomes.append(GpuOutcome(gpu.index, Outcome.FAIL))
         elif gpu.index in not_judged:
             outcomes.append(GpuOutcome(gpu.index, Outcome.NOT_EVALUATED, not_judged[gpu.index]))
-        elif gpu.status == "error":
-            # A GPU that answers with an error reports no values to judge it by.
-            detail = f": {_clip(gpu.status_detail)}" if gpu.status_detail else ""
-            outcomes.append(
-                GpuOutcome(gpu.index, Outcome.NOT_EVALUATED, f"it answers with an error{detail}")
-            )
         else:
-            outcomes.append(GpuOutcome(gpu.index, Outcome.PASS))
+            outcomes.append(_plain_gpu_outcome(gpu))
     return tuple(outcomes)
+
+
+def _plain_gpu_outcome(gpu: Gpu) -> GpuOutcome:
+    if gpu.status == "error":
+        # A GPU that answers with an error reports no values to judge it by.
+        detail = f": {_clip(gpu.status_detail)}" if gpu.status_detail else ""
+        return GpuOutcome(gpu.index, Outcome.NOT_EVALUATED, f"it answers with an error{detail}")
+    return GpuOutcome(gpu.index, Outcome.PASS)
 
 
 def not_audited(rule: Rule, snap: HostSnapshot) -> RuleOutcome:

@@ -48,13 +48,21 @@ class RuleContext:
     policy: dict[str, Any] = field(default_factory=dict)
     resolved_for: str | None = None
     cluster: ClusterView | None = None
+    # Settings merged for a snapshot (by its id; the snapshot is kept, so the id stays its own),
+    # once per context: every fleet rule that asks about a host reads the same merge.
+    merged: dict[int, tuple[HostSnapshot, dict[str, Any]]] = field(
+        default_factory=dict, repr=False, compare=False
+    )
 
     def settings_for(self, snap: HostSnapshot) -> dict[str, Any]:
         if self.resolved_for is not None and self.resolved_for == snap.host:
             return self.policy
-        from gpuaudit.policy.defaults import host_policy
+        known = self.merged.get(id(snap))
+        if known is None:
+            from gpuaudit.policy.defaults import host_policy
 
-        return host_policy(snap, self.policy)
+            known = self.merged[id(snap)] = (snap, host_policy(snap, self.policy))
+        return known[1]
 
 
 @dataclass(frozen=True)
@@ -85,14 +93,14 @@ class Need:
     outcome: Outcome = Outcome.NOT_EVALUATED
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class GpuOutcome:
     gpu: int
     outcome: Outcome
     reason: str = ""
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class RuleOutcome:
     """One rule's outcome on one host: why when it was not evaluated or is disabled, how many
     findings when it failed, and the outcome per GPU for rules that judge GPUs one by one.

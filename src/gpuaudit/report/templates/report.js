@@ -82,6 +82,7 @@ data.gpu_columns.forEach(function (name, i) { gpuAt[name] = i; });
 var hostTexts = [];
 function hostText(h) {
   var parts = [h.name, h.gpu_models, h.driver, h.status, h.status_detail];
+  if (h.search) { return haystack(parts.concat(h.search)); }  // details not in the page
   h.gpus.forEach(function (g) {
     parts.push(g[gpuAt.uuid], g[gpuAt.serial], g[gpuAt.bus], g[gpuAt.name]);
   });
@@ -159,11 +160,79 @@ function setOpen(group, open) {
   if (open) { drawFindings(group, readFilters(), FINDINGS_PAGE); }
 }
 
-function drawHost(section) {
-  if (section.dataset.drawn) { return; }
+// A large fleet's page keeps each host's details in files beside it (data.chunk_files, of
+// data.chunk_hosts hosts each): a file is loaded, by a script element (file:// pages cannot
+// fetch), the first time one of its hosts is drawn, and hands its details to
+// gpuauditHostChunk. A page whose hosts carry their details (no h.chunk) needs none of this.
+var chunkState = [];  // per file: undefined, "loading" or "loaded"
+var chunkWaiting = [];  // per file: what to call once it is loaded (true) or failed (false)
+window.gpuauditHostChunk = function (n, details) {
+  if (chunkState[n] !== "loading" || !Array.isArray(details)) { return; }
+  details.forEach(function (d, k) {
+    var h = data.hosts[n * data.chunk_hosts + k];
+    if (h && h.chunk === n) { Object.keys(d).forEach(function (key) { h[key] = d[key]; }); }
+  });
+  chunkState[n] = "loaded";
+};
+function chunkDone(n, loaded) {
+  if (chunkState[n] !== "loaded") { chunkState[n] = undefined; }
+  var waiting = chunkWaiting[n] || [];
+  chunkWaiting[n] = [];
+  waiting.forEach(function (call) { call(loaded && chunkState[n] === "loaded"); });
+}
+function withDetails(h, call) {
+  if (h.chunk === undefined || chunkState[h.chunk] === "loaded") { call(true); return; }
+  var n = h.chunk;
+  (chunkWaiting[n] = chunkWaiting[n] || []).push(call);
+  if (chunkState[n] === "loading") { return; }
+  chunkState[n] = "loading";
+  var script = document.createElement("script");
+  script.src = data.chunk_files[n];
+  script.onload = function () { chunkDone(n, true); };
+  script.onerror = function () { chunkDone(n, false); };
+  document.head.appendChild(script);
+}
+function drawHost(section, then) {
+  if (section.dataset.drawn) { if (then) { then(); } return; }
   section.dataset.drawn = "true";
-  section.querySelector(".host-body")
-    .appendChild(renderHostBody(data.hosts[+section.dataset.host], data, riskOf));
+  var h = data.hosts[+section.dataset.host];
+  withDetails(h, function (loaded) {
+    var body = section.querySelector(".host-body");
+    if (loaded) {
+      body.appendChild(renderHostBody(h, data, riskOf));
+    } else {
+      delete section.dataset.drawn;  // opening it again tries again
+      body.textContent = "";
+      body.appendChild(el("p", "warn", "This host's details are in " + data.chunk_files[h.chunk] +
+        " beside this page, which could not be loaded: open the page from the run directory " +
+        "it was written in, with its page/ folder."));
+    }
+    if (then) { then(); }
+  });
+}
+// Every host of ``sections`` drawn, then ``then`` (at once when their details are here).
+// The detail files they need are all loaded first and the hosts drawn after, in one go: drawn
+// as each file arrives, the browser would lay out the growing page once per file.
+function drawHosts(sections, then) {
+  var needed = {};
+  sections.forEach(function (section) {
+    var h = data.hosts[+section.dataset.host];
+    if (h.chunk !== undefined && chunkState[h.chunk] !== "loaded" && !(h.chunk in needed)) {
+      needed[h.chunk] = h;
+    }
+  });
+  var files = Object.keys(needed);
+  var left = files.length + 1;
+  var drawAll = function () {
+    left -= 1;
+    if (left > 0) { return; }
+    var hosts = sections.length + 1;
+    var one = function () { hosts -= 1; if (hosts === 0 && then) { then(); } };
+    sections.forEach(function (section) { drawHost(section, one); });
+    one();
+  };
+  files.forEach(function (n) { withDetails(needed[n], drawAll); });
+  drawAll();
 }
 
 function apply() {
@@ -283,9 +352,9 @@ function beforePrint() {
     group.classList.add("open");
     drawFindings(group, f, Infinity);
   });
-  hostSections.forEach(function (section) {
-    if (!section.classList.contains("filtered-out")) { drawHost(section); }
-  });
+  drawHosts(hostSections.filter(function (section) {
+    return !section.classList.contains("filtered-out");
+  }));
   Array.prototype.forEach.call(document.querySelectorAll("main details:not([open])"),
     function (details) {
       if (!details.closest(".filtered-out")) {
@@ -363,8 +432,14 @@ summaryOnly.addEventListener("change", function () { writePrintNote(readFilters(
 window.addEventListener("beforeprint", beforePrint);
 window.addEventListener("afterprint", afterPrint);
 document.getElementById("print-button").addEventListener("click", function () {
-  beforePrint();
-  window.print();
+  // Details kept beside the page are loaded first, so the printout has every shown host.
+  var shown = hostSections.filter(function (s) { return !s.classList.contains("filtered-out"); });
+  var printing = function () { beforePrint(); window.print(); };
+  if (data.chunk_files && !(summaryOnly && summaryOnly.checked)) {
+    drawHosts(shown, printing);
+  } else {
+    printing();
+  }
 });
 apply();
 reveal(location.hash);
