@@ -56,30 +56,33 @@ def xml_text(value: Any) -> str:
     return _NOT_XML.sub(lambda m: f"\\x{ord(m.group()):02x}", text)
 
 
+# What xml.etree writes as entities: in element text, then also in attribute values.
+_TEXT_ENTITIES = (("&", "&amp;"), ("<", "&lt;"), (">", "&gt;"))
+_ATTR_ENTITIES = (
+    *_TEXT_ENTITIES,
+    ('"', "&quot;"),
+    ("\r", "&#13;"),
+    ("\n", "&#10;"),
+    ("\t", "&#09;"),
+)
+
+
+def _escaped(value: Any, entities: tuple[tuple[str, str], ...]) -> str:
+    text = xml_text(value)
+    for mark, entity in entities:
+        if mark in text:  # most text holds none: testing first is cheaper than replacing
+            text = text.replace(mark, entity)
+    return text
+
+
 def _attr(value: Any) -> str:
     """An attribute value as xml.etree writes it: markup, quotes and line ends as entities."""
-    text = _text(value)
-    if '"' in text:
-        text = text.replace('"', "&quot;")
-    if "\r" in text:
-        text = text.replace("\r", "&#13;")
-    if "\n" in text:
-        text = text.replace("\n", "&#10;")
-    if "\t" in text:
-        text = text.replace("\t", "&#09;")
-    return text
+    return _escaped(value, _ATTR_ENTITIES)
 
 
 def _text(value: Any) -> str:
     """Element text as xml.etree writes it."""
-    text = xml_text(value)
-    if "&" in text:
-        text = text.replace("&", "&amp;")
-    if "<" in text:
-        text = text.replace("<", "&lt;")
-    if ">" in text:
-        text = text.replace(">", "&gt;")
-    return text
+    return _escaped(value, _TEXT_ENTITIES)
 
 
 def render_junit(register: Register, *, fail_on: str | None = None) -> str:

@@ -22,7 +22,7 @@ import inspect
 import re
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypedDict, TypeVar
 
 from gpuaudit.model.cluster import ClusterView
 from gpuaudit.model.findings import Evidence as Evidence
@@ -31,6 +31,20 @@ from gpuaudit.model.findings import Outcome as Outcome
 from gpuaudit.model.findings import Owner as Owner
 from gpuaudit.model.findings import Severity as Severity
 from gpuaudit.model.snapshot import HostSnapshot
+
+if TYPE_CHECKING:  # typing.Unpack is Python 3.11's
+    from typing_extensions import Unpack
+
+
+class FindingDetails(TypedDict, total=False):
+    """What a finding may say other than its rule's defaults (:meth:`Rule.finding`)."""
+
+    severity: Severity | None
+    remediation: str | None
+    references: tuple[str, ...]
+    likelihood: int | None
+    impact: int | None
+    owner: Owner | None
 
 
 @dataclass(frozen=True)
@@ -199,60 +213,36 @@ class Rule:
         evidence: Evidence,
         *,
         gpu: int | None = None,
-        severity: Severity | None = None,
-        remediation: str | None = None,
-        references: tuple[str, ...] = (),
-        likelihood: int | None = None,
-        impact: int | None = None,
-        owner: Owner | None = None,
+        **details: Unpack[FindingDetails],
     ) -> Finding:
         """Make a finding of this rule for a host (and a GPU when given)."""
         gpu_rec = next((g for g in snap.gpus if g.index == gpu), None) if gpu is not None else None
         return dataclasses.replace(
-            self.finding_for(
-                snap.host,
-                message,
-                evidence,
-                severity=severity,
-                remediation=remediation,
-                references=references,
-                likelihood=likelihood,
-                impact=impact,
-                owner=owner,
-            ),
+            self.finding_for(snap.host, message, evidence, **details),
             gpu=gpu,
             gpu_uuid=gpu_rec.uuid if gpu_rec else None,
             gpu_name=gpu_rec.name if gpu_rec else None,
         )
 
     def finding_for(
-        self,
-        host: str,
-        message: str,
-        evidence: Evidence,
-        *,
-        severity: Severity | None = None,
-        remediation: str | None = None,
-        references: tuple[str, ...] = (),
-        likelihood: int | None = None,
-        impact: int | None = None,
-        owner: Owner | None = None,
+        self, host: str, message: str, evidence: Evidence, **details: Unpack[FindingDetails]
     ) -> Finding:
         """Make a finding of this rule filed under ``host``, a name that need not be an
-        audited host's (:data:`FLEET_HOST` for what belongs to the fleet)."""
+        audited host's (:data:`FLEET_HOST` for what belongs to the fleet). ``details`` not
+        given (or None) are the rule's own."""
         return Finding(
             rule=self.code,
             title=self.title,
-            severity=severity or self.severity,
+            severity=details.get("severity") or self.severity,
             category=self.category,
-            owner=owner or self.owner,
+            owner=details.get("owner") or self.owner,
             host=host,
             message=message,
             evidence=evidence,
-            remediation=remediation or self.remediation,
-            references=self.references + references,
-            likelihood=likelihood or self.likelihood,
-            impact=impact or self.impact,
+            remediation=details.get("remediation") or self.remediation,
+            references=self.references + details.get("references", ()),
+            likelihood=details.get("likelihood") or self.likelihood,
+            impact=details.get("impact") or self.impact,
             operation=self.operation,
         )
 
