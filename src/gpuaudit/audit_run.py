@@ -20,12 +20,13 @@ from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from gpuaudit.pipeline import rebuild
 from gpuaudit.policy.check import load_for_cli
-from gpuaudit.report.register_types import Register
 from gpuaudit.report.run import RunDir, RunEnd, new_run_dir, os_error_text
+
+if TYPE_CHECKING:
+    from gpuaudit.report.register_types import Register
 
 SEVERITIES = ("critical", "high", "medium", "low", "info")
 # pyinfra's options that take a value (pyinfra_cli.cli): `gpuaudit audit` passes every option
@@ -180,6 +181,8 @@ class AuditRun:
         with suppress(subprocess.TimeoutExpired):
             _run_pyinfra(command, self.env, _CLOSE_TIMEOUT_S[end.signal is not None])
         if not self.run.register_path.exists() and self.run.snapshot_files():
+            from gpuaudit.pipeline import rebuild  # the rules and renderers: only here
+
             with suppress(ValueError, OSError):  # said once, by the caller: no register
                 rebuild(self.run, previous=self.env.get("GPUAUDIT_PREVIOUS"))
 
@@ -305,7 +308,7 @@ def _audit_result(run: RunDir, end: RunEnd | None, fail_on: str | None) -> int:
     2 when there is no register; 128 + the signal after an interruption.
     """
     from gpuaudit.model.snapshot import HostStatus
-    from gpuaudit.rules.audit import NOT_COLLECTED
+    from gpuaudit.model.status import NOT_COLLECTED
 
     interrupted = 128 + signal.Signals[end.signal] if end and end.signal else None
     if not run.register_path.exists():

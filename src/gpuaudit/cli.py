@@ -29,6 +29,7 @@ import sys
 from collections.abc import Sequence
 from importlib import metadata
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from gpuaudit import __version__
 from gpuaudit.audit_run import (
@@ -41,17 +42,23 @@ from gpuaudit.audit_run import (
     printable,
 )
 from gpuaudit.collect import collector_script
-from gpuaudit.kubeview import copy_into
-from gpuaudit.pipeline import rebuild, write_report
-from gpuaudit.policy import Policy
 from gpuaudit.policy.check import add_policy_parser, load_for_cli
 from gpuaudit.report.alerts import add_alerts_parser
-from gpuaudit.report.register_types import Register
 from gpuaudit.report.run import RunDir, check_run_id, new_run_dir, os_error_text
+
+if TYPE_CHECKING:
+    from gpuaudit.policy import Policy
+    from gpuaudit.report.register_types import Register
+
+# The rules, the renderers and the parsers are imported by the commands that use them: `gpuaudit
+# audit` only starts pyinfra and reads the register's summary, and starts in a fraction of the
+# time.
 
 
 def _report_from_bundles(args: argparse.Namespace, policy: Policy | None) -> Path:
+    from gpuaudit.kubeview import copy_into
     from gpuaudit.offline import bundle_dir_files, check_unique_hosts, store_snapshots
+    from gpuaudit.pipeline import write_report
     from gpuaudit.report.provenance import bundle_scope, record_provenance
 
     paths = bundle_dir_files(args.bundle_dir) if args.bundle_dir else list(map(Path, args.bundle))
@@ -70,6 +77,8 @@ def _report_from_bundles(args: argparse.Namespace, policy: Policy | None) -> Pat
 
 
 def cmd_report(args: argparse.Namespace) -> int:
+    from gpuaudit.kubeview import copy_into
+    from gpuaudit.pipeline import rebuild
 
     if [bool(args.bundle), bool(args.bundle_dir), bool(args.run_dir)].count(True) != 1:
         print(

@@ -105,7 +105,7 @@ def host_data_for_snapshot(h: Host) -> dict[str, Any]:
     """The inventory data the rules and the remediation read for a host: the keys above, every
     policy setting the host's data sets (see policy.defaults), and its groups."""
     keys = (*HOST_DATA_KEYS, *policy_keys())
-    data: dict[str, Any] = {key: h.data.get(key) for key in keys if h.data.get(key) is not None}
+    data: dict[str, Any] = {key: value for key in keys if (value := h.data.get(key)) is not None}
     data["groups"] = sorted(g for g in h.groups if g != "all")
     return data
 
@@ -117,12 +117,15 @@ def _now() -> str:
 def current_run() -> RunDir:
     """The run directory shared by every host of this pyinfra run."""
     key = id(ctx_state.get())
+    # Not sharded, this process writes the register from the snapshots it wrote itself.
+    remember = not os.environ.get("GPUAUDIT_SHARD")
     if key not in _runs and os.environ.get("GPUAUDIT_RUN_DIR"):
-        _runs[key] = RunDir(os.environ["GPUAUDIT_RUN_DIR"])
+        _runs[key] = RunDir(os.environ["GPUAUDIT_RUN_DIR"], remember_written=remember)
     if key not in _runs:
         reports = os.environ.get("GPUAUDIT_REPORTS_DIR") or "reports"
         try:
-            _runs[key] = new_run_dir(reports, os.environ.get("GPUAUDIT_RUN_ID") or None)
+            made = new_run_dir(reports, os.environ.get("GPUAUDIT_RUN_ID") or None)
+            _runs[key] = RunDir(made.path, remember_written=remember)
         except ValueError as error:  # GPUAUDIT_RUN_ID that is no plain directory name
             raise PyinfraError(f"gpuaudit: GPUAUDIT_RUN_ID: {error}") from None
         except OSError as error:

@@ -27,10 +27,11 @@ from typing import TYPE_CHECKING, Any
 from gpuaudit.kubeview import load_cluster_view
 from gpuaudit.model.cluster import ClusterView
 from gpuaudit.model.snapshot import HostSnapshot
+from gpuaudit.report.layout import REGISTER_FILE, utc_now_iso
 from gpuaudit.report.provenance import register_provenance
-from gpuaudit.report.register import build_register, utc_now_iso
+from gpuaudit.report.register import build_register
 from gpuaudit.report.register_types import Register
-from gpuaudit.report.renderers import REGISTER_FILE, FileText, render_all, render_files
+from gpuaudit.report.renderers import FileText, render_all, render_files
 from gpuaudit.report.rollouts import open_rollouts
 from gpuaudit.report.run import HOSTS_DIR, RunDir
 from gpuaudit.report.trend_basis import BASIS_FILE, basis_chunks

@@ -19,7 +19,8 @@ from playwright.sync_api import expect
 from synthetic_fleet import synthetic_fleet
 
 from gpuaudit.model.snapshot import HostSnapshot
-from gpuaudit.report.html import CHUNK_HOSTS, PAGE_DIR, render_page
+from gpuaudit.report.html import CHUNK_HOSTS, render_page
+from gpuaudit.report.layout import PAGE_DIR
 from gpuaudit.report.register import build_register, sort_snapshots
 from gpuaudit.rules import evaluate  # type: ignore[attr-defined,unused-ignore]
 

@@ -91,8 +91,10 @@ def test_report_rebuilds_the_same_findings_from_snapshots(demo_run: Path) -> Non
         capture_output=True,
     )
     after = json.loads((demo_run / "register.json").read_text())
-    assert after["findings"] == before["findings"]
-    assert after["hosts"] == before["hosts"]
+    # The audit judged the snapshots it had just written without reading them back: the files
+    # hold the same hosts, so a rebuild from them says all the same.
+    for part in ("summary", "hosts", "rules", "risks", "findings", "checklists"):
+        assert after[part] == before[part], part
     page = (demo_run / "index.html").read_text()
     assert "@sim/a10g-02" in page and "unreachable" in page
 

@@ -4,6 +4,7 @@ from pathlib import Path
 
 import pytest
 
+from gpuaudit.parsers import nvidia_xml
 from gpuaudit.parsers.errors import ParseError
 from gpuaudit.parsers.nvidia_xml import parse_float, parse_int, parse_nvidia_smi_xml
 
@@ -167,6 +168,46 @@ def test_truncated_xml_raises_parse_error() -> None:
     text = read("telegraf-a100-sxm4-80gb-mig-enabled-driver535.xml")
     with pytest.raises(ParseError, match="truncated"):
         parse_nvidia_smi_xml(text[: len(text) // 2])
+
+
+@pytest.mark.parametrize("path", ALL_XML, ids=lambda p: p.name)
+def test_the_c_parser_reads_every_capture_as_defusedxml_does(
+    path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    text = path.read_text(encoding="utf-8")
+    assert "<!ENTITY" not in text  # what nvidia-smi prints goes to the C parser
+    fast = parse_nvidia_smi_xml(text)
+    # A marker no document holds sends every document through defusedxml.
+    monkeypatch.setattr(nvidia_xml, "_ENTITY_DECLARATION", "<")
+    assert parse_nvidia_smi_xml(text) == fast
+
+
+def test_an_external_dtd_or_entity_is_never_fetched() -> None:
+    text = read("telegraf-gtx1070ti-minimal.xml")
+    for doctype in (
+        '<!DOCTYPE nvidia_smi_log SYSTEM "file:///etc/passwd">',
+        '<!DOCTYPE nvidia_smi_log SYSTEM "http://127.0.0.1:9/evil.dtd">',
+    ):
+        hostile = text.replace('<!DOCTYPE nvidia_smi_log SYSTEM "nvsmi_device_v10.dtd">', doctype)
+        assert doctype in hostile
+        # The DTD is not loaded: the GPUs are read as without it.
+        assert parse_nvidia_smi_xml(hostile).gpus == parse_nvidia_smi_xml(text).gpus
+        # An entity the document does not declare is an error, not a lookup anywhere.
+        used = hostile.replace("<product_name>", "<product_name>&xxe;", 1)
+        with pytest.raises(ParseError, match="malformed"):
+            parse_nvidia_smi_xml(used)
+
+
+def test_entity_text_outside_a_declaration_is_read_by_defusedxml() -> None:
+    # "<!ENTITY" in a comment declares nothing: the safe reader reads the document whole.
+    text = read("telegraf-gtx1070ti-minimal.xml").replace(
+        "<nvidia_smi_log>", "<nvidia_smi_log><!-- <!ENTITY x 'y'> -->", 1
+    )
+    assert "<!ENTITY" in text
+    assert (
+        parse_nvidia_smi_xml(text).gpus
+        == parse_nvidia_smi_xml(read("telegraf-gtx1070ti-minimal.xml")).gpus
+    )
 
 
 def test_entity_declarations_are_refused() -> None:

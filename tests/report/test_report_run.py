@@ -395,3 +395,39 @@ def test_a_failed_rename_never_leaves_a_new_register_beside_an_old_page(
     assert after["register.json"] == before["register.json"]  # written last: not reached
     assert after["index.html"] == before["index.html"]
     assert not [p for p in run.path.rglob("*.tmp")]  # no temporaries left behind
+
+
+def test_a_run_that_remembers_what_it_wrote_reads_it_back_without_decoding(tmp_path: Path) -> None:
+    run = RunDir(tmp_path / "run", remember_written=True)
+    run.hosts_dir.mkdir(parents=True)
+    first, second = healthy_host("gpu-a"), healthy_host("gpu-b")
+    run.write_snapshot(first)
+    run.write_snapshot(second)
+    loaded = run.load_snapshots()
+    assert [s.host for s in loaded] == ["gpu-a", "gpu-b"]
+    # The very objects written: nothing was decoded again.
+    assert loaded[0] is first and loaded[1] is second
+    # What a later process reads from the files is the same snapshot.
+    assert RunDir(run.path).load_snapshots() == loaded
+
+
+def test_a_remembered_snapshot_whose_file_changed_is_read_from_the_file(tmp_path: Path) -> None:
+    run = RunDir(tmp_path / "run", remember_written=True)
+    run.hosts_dir.mkdir(parents=True)
+    run.write_snapshot(healthy_host("gpu-a"))
+    # Another writer (a second pyinfra process closing the run) replaces the file.
+    RunDir(run.path).write_snapshot(unreachable_host("gpu-a"))
+    (loaded,) = run.load_snapshots()
+    assert loaded.status == HostStatus.UNREACHABLE
+    # A file removed is not remembered into the register either.
+    run.snapshot_path("gpu-a").unlink()
+    assert run.load_snapshots() == []
+
+
+def test_a_run_directory_remembers_nothing_unless_asked(tmp_path: Path) -> None:
+    run = RunDir(tmp_path / "run")
+    run.hosts_dir.mkdir(parents=True)
+    written = healthy_host("gpu-a")
+    run.write_snapshot(written)
+    (loaded,) = run.load_snapshots()
+    assert loaded == written and loaded is not written

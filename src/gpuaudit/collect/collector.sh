@@ -25,12 +25,13 @@ GA_TMP=$(mktemp -d 2>/dev/null || { d="/tmp/gpuaudit.$$"; mkdir -p "$d" && echo 
 trap 'rm -rf "$GA_TMP"' EXIT
 
 # Sections go gzipped where gzip is (a tenth of the bytes on the wire for nvidia-smi's XML);
-# GPUAUDIT_COMPRESS=0 sends them plain.
+# GPUAUDIT_COMPRESS=0 sends them plain. Each stream's base64 is one line, not base64's lines of
+# 76: the controller reads and hands on every line, and an 8-GPU host would send hundreds.
 if command -v base64 >/dev/null 2>&1 && command -v gzip >/dev/null 2>&1 \
     && [ "${GPUAUDIT_COMPRESS:-1}" != 0 ]; then
-  ga_enc=gzb64; ga_encode() { gzip -c -n -6 | base64; }
+  ga_enc=gzb64; ga_encode() { gzip -c -n -6 | base64 | tr -d '\n'; echo; }
 elif command -v base64 >/dev/null 2>&1; then
-  ga_enc=b64; ga_encode() { base64; }
+  ga_enc=b64; ga_encode() { base64 | tr -d '\n'; echo; }
 else
   ga_enc=hex; ga_encode() { od -An -v -tx1 | tr -d ' \n'; echo; }
 fi

@@ -167,3 +167,15 @@ def first_line(*texts: str) -> str:
 def one_line(text: str, limit: int = 300) -> str:
     flat = " ".join(text.split())
     return flat if len(flat) <= limit else flat[: limit - 1] + "…"
+
+
+# The statuses of a host the audit has no data of: GA001 reports them, no other rule runs.
+NOT_COLLECTED = frozenset(
+    {
+        HostStatus.UNREACHABLE,
+        HostStatus.AUTH_FAILED,
+        HostStatus.TIMED_OUT,
+        HostStatus.COLLECTION_FAILED,
+        HostStatus.NOT_AUDITED,
+    }
+)

@@ -7,9 +7,12 @@ single/double-bit totals to SRAM/DRAM, and any value may read ``N/A``, ``[Not Su
 ``Unknown Error``. Each lookup below therefore tries the known spellings in turn; a value that
 is not one becomes ``None``, with the reason kept in ``Gpu.unavailable``.
 
-The text comes from the host, so it is parsed with defusedxml: the ``<!DOCTYPE nvidia_smi_log
-SYSTEM "nvsmi_device_v12.dtd">`` line nvidia-smi always prints is accepted (nothing is fetched),
-but entity declarations — the building block of entity-expansion attacks — are refused.
+The text comes from the host, so it is parsed safely: the ``<!DOCTYPE nvidia_smi_log SYSTEM
+"nvsmi_device_v12.dtd">`` line nvidia-smi always prints is accepted (nothing is fetched), but
+entity declarations — the building block of entity-expansion attacks — are refused. A document
+without the text ``<!ENTITY`` anywhere declares no entity and has nothing to expand or fetch: it
+is read by the standard library's C parser (which never loads an external DTD or entity). Any
+other document is read by defusedxml, which refuses the declarations.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from xml.etree.ElementTree import Element
 from xml.etree.ElementTree import ParseError as XmlSyntaxError
+from xml.etree.ElementTree import fromstring as c_fromstring
 
 import defusedxml.ElementTree as SafeET
 from defusedxml import DefusedXmlException
@@ -184,9 +188,7 @@ def _parse_root(text: str) -> tuple[Element, str]:
     end = len(text) if end < start else end + len(_END)
     outside = text[:start] + "\n" + text[end:]
     try:
-        root = SafeET.fromstring(
-            text[start:end], forbid_dtd=False, forbid_entities=True, forbid_external=True
-        )
+        root = _safe_fromstring(text[start:end])
     except DefusedXmlException as exc:
         # nvidia-smi never declares entities: such output is refused whole, nothing expanded.
         raise ParseError(WHAT, f"refused unsafe XML, nothing expanded: {exc}", text) from exc
@@ -196,6 +198,18 @@ def _parse_root(text: str) -> tuple[Element, str]:
     if root.tag != "nvidia_smi_log":
         raise ParseError(WHAT, f"root element is <{root.tag}>, not <nvidia_smi_log>", text)
     return root, outside
+
+
+_ENTITY_DECLARATION = "<!ENTITY"
+
+
+def _safe_fromstring(document: str) -> Element:
+    """The document's root: by the C parser where no entity can be declared (the text
+    ``<!ENTITY`` is nowhere in it, as in everything nvidia-smi prints), by defusedxml, which
+    refuses entity declarations and external references, otherwise."""
+    if _ENTITY_DECLARATION not in document:
+        return c_fromstring(document)
+    return SafeET.fromstring(document, forbid_dtd=False, forbid_entities=True, forbid_external=True)
 
 
 def _document_start(text: str) -> int:

@@ -50,7 +50,7 @@ def parse_rocm_smi_json(text: str) -> tuple[Gpu, ...]:
         raise ParseError(WHAT, "top level is not an object", text)
     system = data.get("system")
     system = system if isinstance(system, dict) else {}
-    driver = _get(system, "Driver version")
+    driver = _get(_by_label(system), "Driver version")
     cards = sorted(
         (int(m.group(1)), value)
         for key, value in data.items()
@@ -61,7 +61,8 @@ def parse_rocm_smi_json(text: str) -> tuple[Gpu, ...]:
     return tuple(_gpu(number, card, driver) for number, card in cards)
 
 
-def _gpu(number: int, card: dict[str, Any], driver: str | None) -> Gpu:
+def _gpu(number: int, raw_card: dict[str, Any], driver: str | None) -> Gpu:
+    card = _by_label(raw_card)
     memory_total = parse_int(_get(card, "VRAM Total Memory (B)"))
     memory_used = parse_int(_get(card, "VRAM Total Used Memory (B)"))
     gen, width = _pcie(_get(card, "pcie clock level"))
@@ -95,10 +96,16 @@ def _gpu(number: int, card: dict[str, Any], driver: str | None) -> Gpu:
     )
 
 
-def _get(obj: dict[str, Any], *labels: str) -> str | None:
-    lowered = {str(k).strip().lower(): v for k, v in obj.items()}
+def _by_label(obj: dict[str, Any]) -> dict[str, Any]:
+    """``obj`` keyed by its labels trimmed and in lower case (rocm-smi's spelling varies), made
+    once per object for every :func:`_get` of it."""
+    return {str(k).strip().lower(): v for k, v in obj.items()}
+
+
+def _get(labelled: dict[str, Any], *labels: str) -> str | None:
+    """The first of ``labels`` that has a value in ``labelled`` (a :func:`_by_label` map)."""
     for label in labels:
-        value = lowered.get(label.lower())
+        value = labelled.get(label.lower())
         if value is None:
             continue
         text = clean(str(value))

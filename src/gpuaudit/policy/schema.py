@@ -33,7 +33,6 @@ from gpuaudit.policy.upgrade import (
     max_unavailable_problem,
     stages_problem,
 )
-from gpuaudit.rules.base import REGISTRY
 
 __all__ = [
     "check_rule_code",
@@ -56,6 +55,10 @@ ELSEWHERE = {
 
 def check_rule_code(reader: Reader, node: Node, what: str) -> str:
     """A rule code that exists now; an unknown one is listed against the known codes."""
+    # The catalogue is loaded here, by the first policy that names a rule: reading a policy
+    # (or none) in a process that judges nothing does not load every rule.
+    from gpuaudit.rules.base import REGISTRY
+
     code = reader.string(node, what).strip().upper()
     if code not in REGISTRY:
         known = ", ".join(sorted(REGISTRY))

@@ -48,6 +48,7 @@ from markupsafe import Markup
 
 from gpuaudit import __version__
 from gpuaudit.model.snapshot import HostSnapshot
+from gpuaudit.report.layout import HTML_FILE, PAGE_DIR
 from gpuaudit.report.provenance import provenance_view
 from gpuaudit.report.register import REGISTER_SCHEMA_VERSION, Register, sort_snapshots
 from gpuaudit.report.register_views import (
@@ -68,7 +69,6 @@ from gpuaudit.report.views import (
 )
 
 TEMPLATES = Path(__file__).parent / "templates"
-HTML_FILE = "index.html"
 PAGE_TEMPLATE = "index.html.j2"
 # The page script, in the order its parts are joined (helpers first).
 SCRIPT_PARTS = ("report_dom.js", "report_hosts.js", "report.js")
@@ -100,7 +100,6 @@ SHARED_HOST_PARTS = ("topology", "nvlink", "packages", "services", "sysctls", "d
 # opens in about a second; at 10,000 hosts one file would be ~50 MiB.
 SPLIT_ABOVE = 2000
 CHUNK_HOSTS = 100
-PAGE_DIR = "page"
 # What a host's line, the filters and the search read: always in the page itself.
 HOST_SUMMARY_KEYS = (
     "name",

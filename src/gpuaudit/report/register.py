@@ -39,7 +39,9 @@ from datetime import date, datetime, timezone
 from typing import Any
 
 from gpuaudit.model.snapshot import Gpu, HostSnapshot, HostStatus
+from gpuaudit.model.status import NOT_COLLECTED
 from gpuaudit.report.checklists import build_checklists
+from gpuaudit.report.layout import utc_now_iso
 from gpuaudit.report.provenance import Provenance
 from gpuaudit.report.register_types import (
     OPEN,
@@ -55,7 +57,6 @@ from gpuaudit.report.register_types import (
 )
 from gpuaudit.report.risks import build_risks, check_waivers, register_finding
 from gpuaudit.report.trends import PreviousRun, build_trends
-from gpuaudit.rules.audit import NOT_COLLECTED
 from gpuaudit.rules.base import REGISTRY, Finding, Outcome, Owner, RuleOutcome, Severity
 
 __all__ = ["Register", "at_or_above", "build_register", "is_risk_severity"]
@@ -64,10 +65,6 @@ REGISTER_SCHEMA_VERSION = "1.4"
 
 # Most severe first: the order counts and findings are presented in everywhere.
 SEVERITY_ORDER: tuple[Severity, ...] = tuple(sorted(Severity, key=lambda s: -s.rank))
-
-
-def utc_now_iso() -> str:
-    return datetime.now(timezone.utc).replace(microsecond=0).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def finding_sort_key(finding: Finding) -> tuple[Any, ...]:

@@ -17,9 +17,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from gpuaudit.model.findings import Finding, Owner, Severity
+from gpuaudit.model.findings import Finding, Owner, RuleOutcome, Severity
 from gpuaudit.report.provenance import Provenance, Scope
-from gpuaudit.rules.base import RuleOutcome
 
 OPEN = "open"
 WAIVED = "waived"

@@ -18,8 +18,9 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from gpuaudit.model.snapshot import HostSnapshot
-from gpuaudit.report.html import HTML_FILE, render_html, render_page
+from gpuaudit.report.html import render_html, render_page
 from gpuaudit.report.junit import junit_chunks, render_junit
+from gpuaudit.report.layout import HTML_FILE, REGISTER_FILE
 from gpuaudit.report.outputs import (
     CSV_FILE,
     JUNIT_FILE,
@@ -31,8 +32,6 @@ from gpuaudit.report.outputs import (
 )
 from gpuaudit.report.references import DOCS_DIR, docs_file, docs_pages
 from gpuaudit.report.register_types import Register
-
-REGISTER_FILE = "register.json"
 
 
 @dataclass(frozen=True)

@@ -37,15 +37,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from gpuaudit.model.snapshot import HostSnapshot, HostStatus, Section
-from gpuaudit.report.html import PAGE_DIR
+from gpuaudit.report.layout import HTML_FILE, PAGE_DIR, REGISTER_FILE, utc_now_iso
 from gpuaudit.report.provenance import PROVENANCE_FILE
-from gpuaudit.report.register import utc_now_iso
-from gpuaudit.report.register_types import Register
-from gpuaudit.report.renderers import HTML_FILE as HTML_FILE
-from gpuaudit.report.renderers import REGISTER_FILE as REGISTER_FILE
 
 if TYPE_CHECKING:
-    pass
+    from gpuaudit.report.register_types import Register
 
 HOSTS_DIR = "hosts"
 SNAPSHOT_SUFFIX = ".json"
@@ -144,10 +140,19 @@ def _write_temporary(path: Path, text: str | Iterable[str]) -> str:
 
 
 class RunDir:
-    """One audit run on disk."""
+    """One audit run on disk.
 
-    def __init__(self, path: str | os.PathLike[str]) -> None:
+    ``remember_written``: the process writes the run's snapshots and then reads them all for
+    the register (an audit that is not sharded). Each snapshot it writes is kept, with the
+    identity of the file written (inode, size, time), and :meth:`load_snapshots` takes it
+    instead of decoding the file again while the file is still that one.
+    """
+
+    def __init__(self, path: str | os.PathLike[str], *, remember_written: bool = False) -> None:
         self.path = Path(path)
+        self._written: dict[Path, tuple[tuple[int, int, int], HostSnapshot]] | None = (
+            {} if remember_written else None
+        )
 
     def __repr__(self) -> str:
         return f"RunDir({str(self.path)!r})"
@@ -171,6 +176,8 @@ class RunDir:
     def load_register(self) -> Register:
         """The run's register, read back from register.json; OSError when it cannot be read,
         ValueError when it is not a register."""
+        from gpuaudit.report.register_types import Register  # the rules: only when read
+
         return Register.from_dict(json.loads(self.register_path.read_text(encoding="utf-8")))
 
     def snapshot_path(self, host: str) -> Path:
@@ -180,6 +187,8 @@ class RunDir:
         """Persist one host's snapshot now, so a later crash cannot lose it."""
         path = self.snapshot_path(snapshot.host)
         atomic_write_text(path, snapshot.to_json() + "\n")
+        if self._written is not None:
+            self._written[path] = (_file_identity(path), snapshot)
         return path
 
     def snapshot_files(self) -> list[Path]:
@@ -194,7 +203,17 @@ class RunDir:
 
     def load_snapshots(self) -> list[HostSnapshot]:
         """Read every snapshot; an unreadable one becomes a COLLECTION_FAILED host, not an error."""
-        return [load_snapshot_file(p) for p in self.snapshot_files()]
+        return [self._remembered(p) or load_snapshot_file(p) for p in self.snapshot_files()]
+
+    def _remembered(self, path: Path) -> HostSnapshot | None:
+        kept = self._written.get(path) if self._written is not None else None
+        if kept is None:
+            return None
+        try:
+            same = _file_identity(path) == kept[0]
+        except OSError:
+            same = False
+        return kept[1] if same else None
 
     def store(self, files: Mapping[str, str]) -> None:
         """Write the report's files (path in the run directory → text) all together: each to a
@@ -237,6 +256,11 @@ class RunDir:
         except OSError:  # something else is in there: not ours to remove
             return False
         return True
+
+
+def _file_identity(path: Path) -> tuple[int, int, int]:
+    stat = path.stat()
+    return stat.st_ino, stat.st_size, stat.st_mtime_ns
 
 
 def load_snapshot_file(path: Path) -> HostSnapshot:

@@ -57,11 +57,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from gpuaudit.model.snapshot import HostSnapshot
+from gpuaudit.model.status import NOT_COLLECTED
 from gpuaudit.report.provenance import Scope, read_provenance
 from gpuaudit.report.register_types import CounterGrowth, DriverChange, Risk, RiskBrief, Trends
 from gpuaudit.report.risks import build_risks
 from gpuaudit.report.trend_basis import GPU_COUNTERS, HostCounters, host_counters, read_basis
-from gpuaudit.rules.audit import NOT_COLLECTED
 from gpuaudit.rules.base import Finding
 
 if TYPE_CHECKING:

@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Sequence
 
 from gpuaudit.model.snapshot import Gpu, HostSnapshot, HostStatus
+from gpuaudit.model.status import NOT_COLLECTED as NOT_COLLECTED
 from gpuaudit.rules import refs
 from gpuaudit.rules.base import (
     REGISTRY,
@@ -30,16 +31,6 @@ from gpuaudit.rules.base import (
     rule,
 )
 from gpuaudit.rules.evidence import section_excerpt
-
-NOT_COLLECTED = frozenset(
-    {
-        HostStatus.UNREACHABLE,
-        HostStatus.AUTH_FAILED,
-        HostStatus.TIMED_OUT,
-        HostStatus.COLLECTION_FAILED,
-        HostStatus.NOT_AUDITED,
-    }
-)
 
 # What GA001 says of each status it reports, and what to do about it.
 _NOT_AUDITED: dict[HostStatus, tuple[str, str]] = {

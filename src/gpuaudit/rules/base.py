@@ -27,8 +27,10 @@ from typing import TYPE_CHECKING, Any, TypedDict, TypeVar
 from gpuaudit.model.cluster import ClusterView
 from gpuaudit.model.findings import Evidence as Evidence
 from gpuaudit.model.findings import Finding as Finding
+from gpuaudit.model.findings import GpuOutcome as GpuOutcome
 from gpuaudit.model.findings import Outcome as Outcome
 from gpuaudit.model.findings import Owner as Owner
+from gpuaudit.model.findings import RuleOutcome as RuleOutcome
 from gpuaudit.model.findings import Severity as Severity
 from gpuaudit.model.snapshot import HostSnapshot
 
@@ -105,68 +107,6 @@ class Need:
     # The outcome on a host that lacks it: the data did not arrive (NOT_EVALUATED), the site
     # turned its collection off (DISABLED), or the host has no such thing (NOT_APPLICABLE).
     outcome: Outcome = Outcome.NOT_EVALUATED
-
-
-@dataclass(frozen=True, slots=True)
-class GpuOutcome:
-    gpu: int
-    outcome: Outcome
-    reason: str = ""
-
-
-@dataclass(frozen=True, slots=True)
-class RuleOutcome:
-    """One rule's outcome on one host: why when it was not evaluated or is disabled, how many
-    findings when it failed, and the outcome per GPU for rules that judge GPUs one by one.
-
-    As JSON (register.json), compact for fleets of thousands of 8-GPU hosts: ``gpus`` maps each
-    outcome to the GPU indexes that had it, ``gpu_reasons`` says why per GPU where there is a
-    reason (``{"outcome": "not_evaluated", "gpus": {"pass": [0], "not_evaluated": [1]},
-    "gpu_reasons": {"1": "it answers with an error"}, "reason": "GPU 1: …"}``).
-    """
-
-    rule: str
-    host: str
-    outcome: Outcome
-    reason: str = ""
-    findings: int = 0
-    gpus: tuple[GpuOutcome, ...] = ()
-    per_gpu: bool = False
-
-    def to_dict(self) -> dict[str, Any]:
-        entry: dict[str, Any] = {"outcome": self.outcome.value}
-        if self.reason:
-            entry["reason"] = self.reason
-        if self.findings:
-            entry["findings"] = self.findings
-        if self.per_gpu:
-            by_outcome: dict[str, list[int]] = {}
-            for g in self.gpus:
-                by_outcome.setdefault(g.outcome.value, []).append(g.gpu)
-            entry["gpus"] = by_outcome
-            reasons = {str(g.gpu): g.reason for g in self.gpus if g.reason}
-            if reasons:
-                entry["gpu_reasons"] = reasons
-        return entry
-
-    @classmethod
-    def from_dict(cls, rule: str, host: str, data: dict[str, Any]) -> RuleOutcome:
-        gpus = data.get("gpus")
-        reasons = data.get("gpu_reasons") or {}
-        per_gpu = [
-            GpuOutcome(int(index), Outcome(outcome), str(reasons.get(str(index)) or ""))
-            for outcome, indexes in (gpus or {}).items()
-            for index in indexes
-        ]
-        return cls(
-            rule=rule,
-            host=host,
-            outcome=Outcome(data["outcome"]),
-            reason=str(data.get("reason") or ""),
-            findings=int(data.get("findings") or 0),
-            gpus=tuple(sorted(per_gpu, key=lambda g: g.gpu)),
-            per_gpu=gpus is not None,
-        )
 
 
 @dataclass(frozen=True)

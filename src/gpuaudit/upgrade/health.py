@@ -17,8 +17,8 @@ from typing import TYPE_CHECKING, Any
 
 from gpuaudit.model.pci import nvidia_gpus_on_bus
 from gpuaudit.model.snapshot import Gpu, HostSnapshot, HostStatus
+from gpuaudit.model.status import NOT_COLLECTED
 from gpuaudit.policy.defaults import host_policy
-from gpuaudit.rules.audit import NOT_COLLECTED
 from gpuaudit.rules.base import Finding, Severity
 from gpuaudit.rules.software import host_driver_version
 
