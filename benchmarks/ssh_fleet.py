@@ -38,7 +38,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from recorded_hosts import RecordedHost, fleet_profiles, record_fleet
-from sshd import LogCounts, Login, Sshd, new_key, running_sshd
+from sshd import LogCounts, Login, Sshd, host_cpus, new_key, running_sshd
 
 REPO = Path(__file__).resolve().parents[1]
 PYINFRA = [sys.executable, "-m", "pyinfra", "-y"]
@@ -182,7 +182,23 @@ def fleet_arguments(doc: str, hosts: int) -> argparse.ArgumentParser:
         "--profiles", default=",".join(fleet_profiles()), help="simulator profiles, cycled"
     )
     parser.add_argument("--workdir", type=Path, help="keep the fleet and runs here")
+    parser.add_argument(
+        "--shared-cpus",
+        action="store_true",
+        help="let the controller and the simulated hosts share every CPU (default: CPU 0 is "
+        "the controller's, the others the hosts')",
+    )
     return parser
+
+
+def split_cpus(shared: bool) -> set[int]:
+    """Pin this process (and so every command it measures) to the controller's CPUs; the
+    hosts' CPUs, for sshd (every CPU when ``shared``)."""
+    controller, hosts = host_cpus()
+    if shared:
+        return controller | hosts
+    os.sched_setaffinity(0, controller)
+    return hosts
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -194,8 +210,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     with ExitStack() as stack:
         workdir = args.workdir or Path(stack.enter_context(tempfile.TemporaryDirectory()))
         fleet = build_fleet(workdir, args.hosts, args.profiles.split(","))
-        sshd = stack.enter_context(running_sshd(workdir / "sshd", fleet.logins))
+        cpus = split_cpus(args.shared_cpus)
+        sshd = stack.enter_context(running_sshd(workdir / "sshd", fleet.logins, cpus=cpus))
         inventory = write_inventory(workdir / "inventory.py", fleet, sshd, workdir / "known")
+        print(f"controller on CPUs {sorted(os.sched_getaffinity(0))}, hosts on {sorted(cpus)}")
         results: dict[str, list[Measured]] = {"fact": [], "collect": [], "audit": []}
         for round_number in range(args.repeat):
             run_dir = workdir / f"runs{round_number}"

@@ -29,7 +29,15 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from ssh_fleet import PYINFRA, Measured, build_fleet, fleet_arguments, measure, write_inventory
+from ssh_fleet import (
+    PYINFRA,
+    Measured,
+    build_fleet,
+    fleet_arguments,
+    measure,
+    split_cpus,
+    write_inventory,
+)
 from sshd import DelayProxy, NetemUnavailable, Sshd, netem_link, running_sshd
 
 DEPLOY = Path(__file__).resolve().parent / "collect_deploy.py"
@@ -49,6 +57,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     with ExitStack() as stack:
         workdir = args.workdir or Path(stack.enter_context(tempfile.TemporaryDirectory()))
         fleet = build_fleet(workdir, args.hosts, args.profiles.split(","))
+        cpus = split_cpus(args.shared_cpus)
         link, how = None, "a relay in the controller's process (sshd.DelayProxy)"
         if args.link != "relay":
             try:
@@ -61,11 +70,11 @@ def main(argv: Sequence[str] | None = None) -> int:
                 print(f"tc netem cannot be used here ({why}); the relay adds the delay")
         if link is not None:
             sshd = stack.enter_context(
-                running_sshd(workdir / "sshd", fleet.logins, link.address, link.prefix)
+                running_sshd(workdir / "sshd", fleet.logins, link.address, link.prefix, cpus)
             )
             target, set_delay = sshd, link.set_delay
         else:
-            sshd = stack.enter_context(running_sshd(workdir / "sshd", fleet.logins))
+            sshd = stack.enter_context(running_sshd(workdir / "sshd", fleet.logins, cpus=cpus))
             proxy = stack.enter_context(DelayProxy((sshd.address, sshd.port)))
             # The inventory names the relay; the log is the sshd's.
             target = Sshd(sshd.address, proxy.port, sshd.user, sshd.log, sshd.host_key)

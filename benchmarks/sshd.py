@@ -16,13 +16,14 @@ from __future__ import annotations
 
 import asyncio
 import getpass
+import os
 import re
 import shutil
 import socket
 import subprocess
 import threading
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Collection, Iterator, Mapping, Sequence
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path
@@ -123,10 +124,12 @@ def running_sshd(
     logins: Mapping[str, Login],
     address: str = "127.0.0.1",
     prefix: Sequence[str] = (),
+    cpus: Collection[int] = (),
 ) -> Iterator[Sshd]:
     """sshd on ``address`` authorising every login's key; it is
     stopped when the block ends. Its CPU is its own: the benchmarks measure the controller.
-    ``prefix`` runs it inside something, e.g. ``ip netns exec NAME`` (then on port 22)."""
+    ``prefix`` runs it inside something, e.g. ``ip netns exec NAME`` (then on port 22).
+    ``cpus``: the only CPUs sshd and every login it starts may run on (see host_cpus)."""
     workdir.mkdir(parents=True, exist_ok=True)
     home = workdir / "home"  # the logins' HOME: empty, so no ~/.bashrc, ~/.profile, ~/.ssh/rc
     home.mkdir(exist_ok=True)
@@ -161,12 +164,26 @@ def running_sshd(
     argv = [*prefix, _sshd_binary(), "-D", "-e", "-f", str(config)]
     with log.open("w") as stderr:
         proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=stderr)
+    if cpus:
+        os.sched_setaffinity(proc.pid, set(cpus))  # before any login: they inherit it
     try:
         _wait_listening(proc, log, address, port)
         yield Sshd(address, port, getpass.getuser(), log, host_key)
     finally:
         proc.terminate()
         proc.wait(timeout=10)
+
+
+def host_cpus() -> tuple[set[int], set[int]]:
+    """(the controller's CPUs, the simulated hosts' CPUs): CPU 0 for the controller and the
+    others for sshd and the hosts' collectors where there are two or more, so that a hundred
+    hosts collecting at once on the same machine do not take the controller's CPU (real hosts
+    are other machines); both every CPU where there is one."""
+    mine = os.sched_getaffinity(0)
+    if len(mine) < 2:
+        return set(mine), set(mine)
+    first = min(mine)
+    return {first}, mine - {first}
 
 
 def _wait_listening(proc: subprocess.Popen[bytes], log: Path, address: str, port: int) -> None:

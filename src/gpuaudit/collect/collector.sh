@@ -7,6 +7,9 @@
 # The script always exits 0.
 # GPUAUDIT_ROOT (default empty) prefixes the files it reads (/proc, /etc, /dev): used when
 # auditing a mounted image, and by the simulated hosts.
+# GPUAUDIT_DRIVER_ROOT (default /run/nvidia/driver; empty: none) is where a driver installed by
+# a container keeps its root: on a host without an nvidia-smi of its own, the one there is run
+# in that root (chroot), as the NVIDIA GPU Operator's driver container is used on its nodes.
 # Output is bounded: each section's stdout and stderr to GPUAUDIT_SECTION_BYTES, all of them
 # together to GPUAUDIT_OUTPUT_BYTES (later streams get what is left, or at least a small floor
 # to say why they failed). A cut stream says so in its section's end marker, as
@@ -46,7 +49,10 @@ ga_run() {
   fi
   if ga_has timeout; then timeout "$T" "$@"; else "$@"; fi
   ga_run_rc=$?
-  [ "$ga_run_rc" = 124 ] && echo "$1" >"$GA_TMP/hung"
+  if [ "$ga_run_rc" = 124 ]; then
+    # The tool that hung: for "chroot ROOT TOOL ...", TOOL.
+    if [ "$1" = chroot ]; then echo "$3"; else echo "$1"; fi >"$GA_TMP/hung"
+  fi
   return "$ga_run_rc"
 }
 
@@ -95,6 +101,20 @@ ga_section() {
   printf '@@%s end %s%s rc=%s@@\n' "$N" "$ga_name" "$ga_cut" "$ga_rc"
 }
 ga_missing() { echo "$1: command not found" >&2; return 127; }
+# The driver container's root (GPUAUDIT_DRIVER_ROOT above), where the host has no nvidia-smi of
+# its own and that root has one: nvidia-smi runs there, with the driver's own libraries.
+GA_DRIVER_ROOT=
+ga_dr="${GPUAUDIT_DRIVER_ROOT-/run/nvidia/driver}"
+if ! ga_has nvidia-smi && [ -n "$ga_dr" ] && [ -x "$R$ga_dr/usr/bin/nvidia-smi" ] \
+    && ga_has chroot; then
+  GA_DRIVER_ROOT="$R$ga_dr"
+fi
+ga_has_nvsmi() { ga_has nvidia-smi || [ -n "$GA_DRIVER_ROOT" ]; }
+# nvidia-smi ARGS, bounded (ga_run): the host's, or the driver root's.
+ga_nvsmi() {
+  if [ -n "$GA_DRIVER_ROOT" ]; then ga_run chroot "$GA_DRIVER_ROOT" nvidia-smi "$@"
+  else ga_run nvidia-smi "$@"; fi
+}
 # ga_cat PATH: print a host file (under GPUAUDIT_ROOT); errors name the host's path.
 ga_cat() {
   if [ -r "$R$1" ]; then cat "$R$1"
@@ -107,6 +127,7 @@ s_meta() {
   echo "kernel=$(uname -r)"
   echo "date=$(date -u +%Y-%m-%dT%H:%M:%SZ)"
   echo "uid=$(id -u)"
+  [ -n "$GA_DRIVER_ROOT" ] && echo "driver_root=${GA_DRIVER_ROOT#"$R"}"
   # When the host booted (seconds since the epoch): what turns dmesg's seconds into dates.
   ga_cat /proc/stat 2>/dev/null | while read -r key value rest; do
     if [ "$key" = btime ]; then echo "btime=$value"; break; fi
@@ -114,11 +135,12 @@ s_meta() {
 }
 s_tools() {
   for t in nvidia-smi rocm-smi amd-smi dmesg journalctl systemctl dpkg-query apt-mark rpm lspci timeout python3; do
-    if ga_has "$t"; then echo "$t=1"; else echo "$t=0"; fi
+    if ga_has "$t" || { [ "$t" = nvidia-smi ] && ga_has_nvsmi; }; then echo "$t=1"
+    else echo "$t=0"; fi
   done
 }
 s_os_release() { ga_cat /etc/os-release; }
-s_nvidia() { ga_has nvidia-smi || ga_missing nvidia-smi || return; ga_run nvidia-smi "$@"; }
+s_nvidia() { ga_has_nvsmi || ga_missing nvidia-smi || return; ga_nvsmi "$@"; }
 s_driver_proc() { ga_cat /proc/driver/nvidia/version; }
 # Only the lines that matter, and only the newest KLOG_MAX of them; say when it was cut.
 # A NUL byte (a damaged log record) would make grep take the whole log for binary data and
@@ -343,8 +365,8 @@ s_dcgm_diag() {
   ga_l=$(ga_diag_level)
   ga_has dcgmi || ga_missing dcgmi || return
   echo "level=$ga_l"
-  ga_has nvidia-smi || { ga_diag_skip not_checked "nvidia-smi is missing: no way to see that no compute process runs"; return; }
-  ga_apps=$(ga_run nvidia-smi --query-compute-apps=pid --format=csv,noheader 2>&1); ga_arc=$?
+  ga_has_nvsmi || { ga_diag_skip not_checked "nvidia-smi is missing: no way to see that no compute process runs"; return; }
+  ga_apps=$(ga_nvsmi --query-compute-apps=pid --format=csv,noheader 2>&1); ga_arc=$?
   [ "$ga_arc" = 0 ] || { ga_diag_skip not_checked "nvidia-smi --query-compute-apps exited $ga_arc: $ga_apps"; return; }
   ga_busy=$(echo "$ga_apps" | tr -d ' \r' | grep -v '^$')
   if echo "$ga_busy" | grep -q '[^0-9]'; then
