@@ -54,6 +54,7 @@ from pyinfra.operations import python
 from gpuaudit.assemble.build import build_snapshot, failed_snapshot
 from gpuaudit.collect import new_nonce
 from gpuaudit.facts.gpu import NOT_UNPACKED, GpuAuditSections
+from gpuaudit.model.jsonable import as_given_json
 from gpuaudit.model.status import (
     connection_failed_snapshot,
     not_audited_snapshot,
@@ -103,9 +104,14 @@ _policies: dict[int, Policy | None] = {}
 
 def host_data_for_snapshot(h: Host) -> dict[str, Any]:
     """The inventory data the rules and the remediation read for a host: the keys above, every
-    policy setting the host's data sets (see policy.defaults), and its groups."""
+    policy setting the host's data sets (see policy.defaults), and its groups. Each value in
+    the form JSON gives back (``as_given_json``: a set of models is a sorted list): the snapshot
+    file holds it so, and the register judges the same value whether it is made now or rebuilt
+    from the file."""
     keys = (*HOST_DATA_KEYS, *policy_keys())
-    data: dict[str, Any] = {key: value for key in keys if (value := h.data.get(key)) is not None}
+    data: dict[str, Any] = {
+        key: as_given_json(value) for key in keys if (value := h.data.get(key)) is not None
+    }
     data["groups"] = sorted(g for g in h.groups if g != "all")
     return data
 

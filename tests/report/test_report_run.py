@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 from collections.abc import Callable
@@ -431,3 +432,22 @@ def test_a_run_directory_remembers_nothing_unless_asked(tmp_path: Path) -> None:
     run.write_snapshot(written)
     (loaded,) = run.load_snapshots()
     assert loaded == written and loaded is not written
+
+
+@pytest.mark.parametrize(
+    "value",
+    [("a", "b"), {"nested": ("a",)}, {1: "int key"}],
+    ids=["tuple", "nested-tuple", "int-key"],
+)
+def test_inventory_data_json_would_change_is_read_from_the_file(
+    tmp_path: Path, value: object
+) -> None:
+    run = RunDir(tmp_path / "run", remember_written=True)
+    run.hosts_dir.mkdir(parents=True)
+    written = healthy_host("gpu-a")
+    written = dataclasses.replace(written, host_data={**written.host_data, "site_value": value})
+    run.write_snapshot(written)
+    (loaded,) = run.load_snapshots()
+    # What the rules judge is the file's, as a rebuild reads it.
+    assert loaded is not written
+    assert loaded == RunDir(run.path).load_snapshots()[0]

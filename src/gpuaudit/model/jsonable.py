@@ -208,3 +208,26 @@ def _write(value: Any, newline: str, out: list[str]) -> None:
             separator = "," + inner
             _write(getattr(value, name), inner, out)
         out.append(newline + "}")
+
+
+def as_given_json(value: Any) -> Any:
+    """A value from outside the model (an inventory's host data) in the form JSON gives back:
+    tuples and sets as lists (a set's items sorted where they can be), mappings with string
+    keys, and what JSON cannot hold (NaN, infinities, any other object) as its text. A
+    snapshot holding it can be written, and reads back equal to what was written."""
+    kind = type(value)
+    if kind in _PLAIN:
+        return value
+    if kind is float:
+        return value if math.isfinite(value) else repr(value)
+    if isinstance(value, (list, tuple)):
+        return [as_given_json(item) for item in value]
+    if isinstance(value, (set, frozenset)):
+        items = [as_given_json(item) for item in value]
+        try:
+            return sorted(items)
+        except TypeError:
+            return sorted(items, key=repr)
+    if isinstance(value, dict):
+        return {str(k): as_given_json(v) for k, v in value.items()}
+    return str(value)

@@ -187,7 +187,7 @@ class RunDir:
         """Persist one host's snapshot now, so a later crash cannot lose it."""
         path = self.snapshot_path(snapshot.host)
         atomic_write_text(path, snapshot.to_json() + "\n")
-        if self._written is not None:
+        if self._written is not None and _json_gives_back(snapshot.host_data):
             self._written[path] = (_file_identity(path), snapshot)
         return path
 
@@ -256,6 +256,16 @@ class RunDir:
         except OSError:  # something else is in there: not ours to remove
             return False
         return True
+
+
+def _json_gives_back(value: object) -> bool:
+    """Whether JSON reads ``value`` back as it is. Everything a snapshot holds is the model's,
+    but its inventory data is the inventory's, as given: a tuple there is a list in the file,
+    and rules reading it must see what a rebuild from the file sees."""
+    try:
+        return bool(json.loads(json.dumps(value, allow_nan=False)) == value)
+    except (TypeError, ValueError):
+        return False
 
 
 def _file_identity(path: Path) -> tuple[int, int, int]:
