@@ -66,7 +66,8 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="gpuaudit-page-") as tmp:
         # As a run directory holds it: above SPLIT_ABOVE hosts, the hosts' details beside it.
         details = 0
-        for name, text in render_page(register, snapshots):
+        for name, pieces in render_page(register, snapshots):
+            text = "".join(pieces)
             (Path(tmp) / name).parent.mkdir(parents=True, exist_ok=True)
             (Path(tmp) / name).write_text(text, encoding="utf-8")
             details += len(text.encode("utf-8")) if name != "index.html" else 0

@@ -43,9 +43,9 @@ def split_page(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[Hos
     snapshots = _fleet()
     register = build_register(snapshots, evaluate(snapshots), run_id="split")
     directory = tmp_path_factory.mktemp("split-run")
-    for name, text in render_page(register, snapshots, split_above=CHUNK_HOSTS):
+    for name, pieces in render_page(register, snapshots, split_above=CHUNK_HOSTS):
         (directory / name).parent.mkdir(parents=True, exist_ok=True)
-        (directory / name).write_text(text, encoding="utf-8")
+        (directory / name).write_text("".join(pieces), encoding="utf-8")
     return directory, sort_snapshots(snapshots)
 
 

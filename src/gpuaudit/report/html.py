@@ -39,7 +39,7 @@ import functools
 import hashlib
 import json
 import re
-from collections.abc import Iterator, Mapping, Sequence, Set
+from collections.abc import Iterable, Iterator, Mapping, Sequence, Set
 from pathlib import Path
 from typing import Any
 
@@ -119,21 +119,23 @@ HOST_SUMMARY_KEYS = (
 # A backtick pair on one line; the page script's codeText() reads text the same way.
 _CODE_SPAN = re.compile(r"`([^`\n]+)`")
 
-# Characters that could end a <script> element or open an HTML comment/CDATA inside it, and
-# the line separators JavaScript once treated as newlines; JSON allows \\u escapes for all.
+# Characters that could end a <script> element or open an HTML comment/CDATA inside it; JSON
+# allows \\u escapes for all (the line separators JavaScript once treated as newlines are
+# escaped with every other character outside ASCII: json_for_script).
 _SCRIPT_UNSAFE = {
     "<": "\\u003c",
     ">": "\\u003e",
     "&": "\\u0026",
-    "\u2028": "\\u2028",
-    "\u2029": "\\u2029",
 }
 
 
 def json_for_script(value: Any) -> Markup:
     """JSON text that is safe inside ``<script type="application/json">``."""
-    # Compact separators: on a large fleet the page data is most of the page.
-    text = json.dumps(value, sort_keys=True, ensure_ascii=False, default=str, separators=(",", ":"))
+    # Compact separators: on a large fleet the page data is most of the page. ASCII only
+    # (``\u2264`` for "≤", U+2028 and U+2029 included): one character of host text or of a
+    # finding above U+00FF would make Python hold the whole text, and each copy made on the way,
+    # at two or four bytes a character; escaped, it is six bytes on the page.
+    text = json.dumps(value, sort_keys=True, ensure_ascii=True, default=str, separators=(",", ":"))
     for char, escape in _SCRIPT_UNSAFE.items():
         text = text.replace(char, escape)
     return Markup(text)
@@ -375,13 +377,14 @@ def render_page(
     *,
     docs_pages: Set[str] = frozenset(),
     split_above: int = SPLIT_ABOVE,
-) -> Iterator[tuple[str, str]]:
-    """The page's files, (path in the run directory, text), one at a time: index.html alone
-    for up to ``split_above`` hosts (:func:`render_html`); above that, first the detail files
-    (:func:`chunk_file`), each made and handed on before the next, then index.html with the
-    hosts' summaries."""
+) -> Iterator[tuple[str, Iterable[str]]]:
+    """The page's files, (path in the run directory, its text in pieces), one at a time:
+    index.html alone for up to ``split_above`` hosts (:func:`render_html`); above that, first
+    the detail files (:func:`chunk_file`), each made and handed on before the next, then
+    index.html with the hosts' summaries, its pieces made as they are written (the page of a
+    large fleet is tens of MiB: never held whole beside its data)."""
     if len(snapshots) <= split_above:
-        yield HTML_FILE, render_html(register, snapshots, docs_pages=docs_pages)
+        yield HTML_FILE, (render_html(register, snapshots, docs_pages=docs_pages),)
         return
     shared: dict[str, list[Any]] = {part: [] for part in SHARED_HOST_PARTS}
     sharing = _HostPartSharing(shared)
@@ -397,13 +400,14 @@ def render_page(
         details.append(view)
         if len(details) == CHUNK_HOSTS:
             chunks.append(chunk_file(len(chunks)))
-            yield chunks[-1], _chunk_text(len(chunks) - 1, details)
+            yield chunks[-1], (_chunk_text(len(chunks) - 1, details),)
             details = []
     if details:
         chunks.append(chunk_file(len(chunks)))
-        yield chunks[-1], _chunk_text(len(chunks) - 1, details)
+        yield chunks[-1], (_chunk_text(len(chunks) - 1, details),)
     context = _context(register, summaries, shared, docs_pages, chunks)
-    yield HTML_FILE, environment().get_template(PAGE_TEMPLATE).render(context)
+    del summaries, shared, details  # the context holds what the page still needs
+    yield HTML_FILE, environment().get_template(PAGE_TEMPLATE).generate(context)
 
 
 def page_script() -> str:

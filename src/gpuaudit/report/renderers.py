@@ -124,8 +124,7 @@ def _lines_json(
 
 
 def _html_files(given: RenderInput) -> Iterator[FileText]:
-    for name, text in render_page(given.register, given.snapshots, docs_pages=given.docs_pages):
-        yield name, (text,)
+    yield from render_page(given.register, given.snapshots, docs_pages=given.docs_pages)
 
 
 RENDERERS: tuple[Renderer, ...] = (
