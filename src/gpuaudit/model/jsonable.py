@@ -145,7 +145,12 @@ def to_json_text(value: Any) -> str:
 
 def _write(value: Any, newline: str, out: list[str]) -> None:
     """Append ``value``'s JSON to ``out``, as json.dumps(indent=1) writes it at the depth whose
-    line break and indent is ``newline``."""
+    line break and indent is ``newline``.
+
+    The array, mapping and dataclass branches frame their members alike and are written out
+    each with its own loop on purpose: this walk writes every snapshot, and one loop over
+    (lead, value) pairs for all three (zip and map objects per container, a pair per member)
+    made it 1.3 x slower, measured on the example run's snapshots with the output unchanged."""
     cls = type(value)
     if cls is str:
         out.append(encode_basestring_ascii(value))
