@@ -111,7 +111,7 @@ def cmd_report(args: argparse.Namespace) -> int:
         print(f"gpuaudit: {error}", file=sys.stderr)
         return 2
     run = RunDir(index.parent)
-    register = run.load_register()
+    register = run.load_register(outcomes=False)  # what the summary and the gate read
     print_summary(register, run)
     return fail_gate(register, args.fail_on)
 

@@ -4,6 +4,7 @@ fact's arguments, the host's output lines and the fact value they must give."""
 from __future__ import annotations
 
 import json
+import re
 import shlex
 import shutil
 import subprocess
@@ -11,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from gpuaudit.collect import collector_script
+from gpuaudit.collect import collector_script, packed_collector, packed_command, unpacked_command
 from gpuaudit.facts.gpu import GpuAuditSections
 
 HERE = Path(__file__).parent
@@ -140,3 +141,50 @@ def test_kernel_log_is_filtered_and_bounded(tmp_path: Path) -> None:
     assert not any("eth0" in line for line in lines)
     assert lines[0].startswith("[ 2001.000000] NVRM: Xid")  # the newest lines are kept
     assert len(lines[-1]) == 2048
+
+
+def test_packed_command_unpacks_to_the_plain_command_with_its_settings() -> None:
+    """What the host unpacks and runs is the plain command, settings and nonce included."""
+    fact = GpuAuditSections()
+    for options in ({}, {"command_timeout": 12, "dcgm_diag_level": 1, "dcgm_diag_timeout": 90}):
+        packed = fact.command(nonce="pack01", packed=True, **options)
+        assert unpacked_command(packed) == fact.command(nonce="pack01", **options)
+
+
+def test_packed_collector_sends_every_host_the_same_packed_text() -> None:
+    """The packed text is compressed once for a run: only the assignments in front of it
+    (the nonce, the settings) differ between hosts."""
+    first = GpuAuditSections().command(nonce="hostA1", command_timeout=60, packed=True)
+    second = GpuAuditSections().command(nonce="hostB2", command_timeout=5, packed=True)
+    assert first != second
+    payload = re.compile(r"printf %s ([A-Za-z0-9+/=]+) \|")
+    first_text, second_text = payload.search(first), payload.search(second)
+    assert first_text is not None and second_text is not None
+    assert first_text.group(1) == second_text.group(1)
+    assert "hostA1" not in first_text.group(1) and "ga_nonce=hostA1\n" in first
+
+
+@pytest.mark.parametrize(
+    "settings", ["A=$(touch pwned)\n", "A=1; touch pwned\n", "A=x y\n", "touch pwned\n"]
+)
+def test_packed_command_refuses_settings_that_are_not_plain_assignments(settings: str) -> None:
+    with pytest.raises(ValueError, match="plain assignments"):
+        packed_command("echo hi\n", settings)
+    with pytest.raises(ValueError, match="nonce"):
+        packed_collector("bad nonce!")
+
+
+def test_packed_collector_runs_with_its_nonce_in_a_real_shell(tmp_path: Path) -> None:
+    """The nonce set in front of the packed text frames every section the script prints."""
+    command = GpuAuditSections().command(nonce="shell07", command_timeout=5, packed=True)
+    done = subprocess.run(
+        ["/bin/sh", "-c", command],
+        env={"PATH": "/usr/bin:/bin", "GPUAUDIT_ROOT": str(tmp_path)},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert "@@gpuaudit-collector 1 shell07@@" in done.stdout
+    result = GpuAuditSections().process(done.stdout.splitlines())
+    assert result["complete"] is True
+    assert "meta" in result["sections"] and "GPUAUDIT_TIMEOUT" not in done.stdout

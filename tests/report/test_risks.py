@@ -6,6 +6,7 @@ import dataclasses
 import fnmatch
 import json
 from datetime import date
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -196,3 +197,21 @@ def test_a_register_read_back_from_its_document_writes_the_same_document() -> No
     for key in ("schema_version", "generated_at", "summary", "hosts", "rules", "risks"):
         assert again[key] == document[key], key
     assert again["findings"] == document["findings"]
+
+
+def test_a_register_read_without_outcomes_gives_the_same_summary_and_gate() -> None:
+    """What the terminal summary and --fail-on read is all there when the hosts' rule
+    outcomes, most of a large fleet's register, are left out."""
+    from gpuaudit.report.run import RunDir
+
+    run = RunDir(Path(__file__).resolve().parents[2] / "reports" / "example")
+    whole, light = run.load_register(), run.load_register(outcomes=False)
+    assert any(h.outcomes for h in whole.hosts)
+    assert not any(h.outcomes for h in light.hosts)
+    assert light.summary == whole.summary
+    assert (light.risks, light.findings) == (whole.risks, whole.findings)
+    assert [(h.name, h.status, h.finding_count) for h in light.hosts] == [
+        (h.name, h.status, h.finding_count) for h in whole.hosts
+    ]
+    for threshold in ("critical", "high", "medium", "low"):
+        assert light.open_risks_at_or_above(threshold) == whole.open_risks_at_or_above(threshold)

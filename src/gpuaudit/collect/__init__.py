@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import functools
 import gzip
 import re
 import secrets
@@ -18,6 +19,11 @@ _PROBE_TERMINATOR = "GA_NVML_PROBE_END"
 # What a packed command prints when the host cannot unpack it (no base64 or no gzip). It is
 # no collector framing: the bundle reader finds no header in it.
 UNPACK_UNAVAILABLE = "@@gpuaudit-collector-unpack unavailable: the host has no base64 or gzip@@"
+# A packed collector reads its nonce from this shell variable, set in front of the packed text:
+# that text is then the same for every host of a run, and compressed once.
+_NONCE_VARIABLE = "ga_nonce"
+# What may stand in front of a packed script: assignments of letters and digits only.
+_ASSIGNMENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*=[A-Za-z0-9]*")
 
 
 def new_nonce() -> str:
@@ -33,16 +39,24 @@ def collector_script(nonce: str | None = None, limits: OutputLimits = DEFAULT_LI
     """The collector script text. With no nonce the script makes its own when it runs
     (``gpuaudit collect-script`` for hosts audited offline). ``limits`` are the bounds on what
     the host sends (the environment of the host's shell can lower or raise them)."""
+    if nonce is None:
+        return _collector_text(limits).replace("@NONCE@", "$(date +%s)x$$")
+    return _collector_text(limits).replace("@NONCE@", _checked_nonce(nonce))
+
+
+def _checked_nonce(nonce: str) -> str:
+    if not _NONCE_RE.match(nonce):
+        raise ValueError(f"collector nonce must be 4-64 letters or digits, got {nonce!r}")
+    return nonce
+
+
+@functools.cache
+def _collector_text(limits: OutputLimits) -> str:
     text = files("gpuaudit.collect").joinpath("collector.sh").read_text(encoding="utf-8")
     text = text.replace("@SECTION_BYTES@", str(int(limits.section_bytes)), 1)
     text = text.replace("@OUTPUT_BYTES@", str(int(limits.output_bytes)), 1)
     text = text.replace("@FLOOR_BYTES@", str(int(limits.floor_bytes)), 1)
-    text = text.replace(_PROBE_PLACEHOLDER, _probe_for_heredoc(), 1)
-    if nonce is None:
-        return text.replace("@NONCE@", "$(date +%s)x$$")
-    if not _NONCE_RE.match(nonce):
-        raise ValueError(f"collector nonce must be 4-64 letters or digits, got {nonce!r}")
-    return text.replace("@NONCE@", nonce)
+    return text.replace(_PROBE_PLACEHOLDER, _probe_for_heredoc(), 1)
 
 
 def _probe_for_heredoc() -> str:
@@ -52,40 +66,72 @@ def _probe_for_heredoc() -> str:
     return probe
 
 
-def packed_command(script: str) -> str:
+def packed_command(script: str, settings: str = "") -> str:
     """``script`` as one shell command for a host across a network: the script travels
     gzipped, in base64 (the collector is some 36 KiB of text, sent to every host: packed, a
     third of that), and what it prints comes back in one piece.
 
-    The host unpacks the script in memory and runs it in the same shell (``eval``), so it is
-    still one remote command; a host without base64 or gzip prints :data:`UNPACK_UNAVAILABLE`
-    instead, and the caller sends the plain script. The output is held until the script ends
-    and then written at once: the SSH server sends it in a few full packets rather than one
-    per line, which is most of what reading it costs the controller. Nothing is lost by the
-    wait: a command stopped before its end gives pyinfra no output either way."""
-    payload = base64.b64encode(gzip.compress(script.encode("utf-8"), 9, mtime=0)).decode()
+    ``settings``: shell assignments (``NAME=value`` lines, letters and digits only) run in front
+    of the script, outside the packed text, so that one packed text serves every host whatever
+    their settings (:func:`packed_collector`). The host unpacks the script in memory and runs
+    it in the same shell (``eval``), so it is still one remote command; a host without base64
+    or gzip prints :data:`UNPACK_UNAVAILABLE` instead, and the caller sends the plain script.
+    The output is held until the script ends and then written at once: the SSH server sends it
+    in a few full packets rather than one per line, which is most of what reading it costs the
+    controller. Nothing is lost by the wait: a command stopped before its end gives pyinfra no
+    output either way."""
+    if any(not _ASSIGNMENT.fullmatch(line) for line in settings.splitlines()):
+        raise ValueError(
+            f"settings in front of a packed script must be plain assignments: {settings!r}"
+        )
     return (
-        "{ if command -v base64 >/dev/null 2>&1 && command -v gzip >/dev/null 2>&1; then\n"
-        f'eval "$(printf %s {payload} | base64 -d | gzip -dc)"\n'
+        "{ "
+        + "".join(f"{line}\n" for line in settings.splitlines())
+        + "if command -v base64 >/dev/null 2>&1 && command -v gzip >/dev/null 2>&1; then\n"
+        f'eval "$(printf %s {_packed_text(script)} | base64 -d | gzip -dc)"\n'
         "fi\n"
         f"echo '{UNPACK_UNAVAILABLE}'\n"
         "} | { ga_out=$(cat); printf '%s\\n' \"$ga_out\"; }\n"
     )
 
 
+@functools.lru_cache(maxsize=4)
+def _packed_text(script: str) -> str:
+    """gzip then base64, made once per text: compressing the collector at level 9 costs the
+    controller about 2 ms, and every host of a run is sent the same text."""
+    return base64.b64encode(gzip.compress(script.encode("utf-8"), 9, mtime=0)).decode()
+
+
+def packed_collector(nonce: str, settings: str = "", limits: OutputLimits = DEFAULT_LIMITS) -> str:
+    """:func:`collector_script` for ``nonce`` as a :func:`packed_command` (``settings``: its
+    ``NAME=value`` lines). The nonce is an assignment in front of the packed text, which names
+    it by a variable: that text is the same for every host of a run."""
+    text = _collector_text(limits).replace("@NONCE@", f"${{{_NONCE_VARIABLE}}}")
+    return packed_command(text, f"{settings}{_NONCE_VARIABLE}={_checked_nonce(nonce)}\n")
+
+
 def unpacked_command(command: str) -> str | None:
-    """The script a :func:`packed_command` carries; None for any other command."""
+    """The script a :func:`packed_command` carries, with its settings in front (a packed
+    collector's as :func:`collector_script` gives it, the nonce in place); None for any other
+    command."""
     match = _PACKED.fullmatch(command)
     if match is None:
         return None
     try:
-        return gzip.decompress(base64.b64decode(match.group(1), validate=True)).decode("utf-8")
+        script = gzip.decompress(base64.b64decode(match.group(2), validate=True)).decode("utf-8")
     except (ValueError, OSError, EOFError):
         return None
+    settings = match.group(1).splitlines()
+    nonce = f"{_NONCE_VARIABLE}="
+    for line in [line for line in settings if line.startswith(nonce)]:
+        settings.remove(line)
+        script = script.replace(f"${{{_NONCE_VARIABLE}}}", line[len(nonce) :])
+    return "".join(f"{line}\n" for line in settings) + script
 
 
 _PACKED = re.compile(
-    r"\{ if command -v base64 >/dev/null 2>&1 && command -v gzip >/dev/null 2>&1; then\n"
+    r"\{ ((?:[A-Za-z_][A-Za-z0-9_]*=[A-Za-z0-9]*\n)*)"
+    r"if command -v base64 >/dev/null 2>&1 && command -v gzip >/dev/null 2>&1; then\n"
     r'eval "\$\(printf %s ([A-Za-z0-9+/=]+) \| base64 -d \| gzip -dc\)"\n'
     r"fi\n"
     rf"echo '{re.escape(UNPACK_UNAVAILABLE)}'\n"

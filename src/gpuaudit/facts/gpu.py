@@ -12,7 +12,7 @@ from typing import Any
 
 from pyinfra.api import FactBase
 
-from gpuaudit.collect import UNPACK_UNAVAILABLE, collector_script, new_nonce, packed_command
+from gpuaudit.collect import UNPACK_UNAVAILABLE, collector_script, new_nonce, packed_collector
 from gpuaudit.parsers.bundle import parse_bundle
 
 # The fact's one problem when the host could not unpack a packed command: send it plain.
@@ -52,9 +52,9 @@ class GpuAuditSections(FactBase[dict[str, Any]]):
         dcgm_diag_timeout: int | None = None,
         packed: bool = False,
     ) -> str:
-        # A per-run nonce in the section markers keeps host output (kernel log lines, GPU
-        # names) from ever being read as framing.
-        script = collector_script(nonce or new_nonce())
+        # A nonce in the section markers, new for each collection, keeps host output (kernel
+        # log lines, GPU names) from ever being read as framing.
+        nonce = nonce or new_nonce()
         settings = ""
         if command_timeout is not None:
             # Set here, not read from the host's environment: the bound on each GPU tool call
@@ -66,7 +66,9 @@ class GpuAuditSections(FactBase[dict[str, Any]]):
             settings += f"GPUAUDIT_DCGM_DIAG={int(dcgm_diag_level)}\n"
             if dcgm_diag_timeout is not None:
                 settings += f"GPUAUDIT_DCGM_DIAG_TIMEOUT={int(dcgm_diag_timeout)}\n"
-        return packed_command(settings + script) if packed else settings + script
+        if packed:
+            return packed_collector(nonce, settings)
+        return settings + collector_script(nonce)
 
     def process(self, output: list[str]) -> dict[str, Any]:
         bundle = parse_bundle(output)

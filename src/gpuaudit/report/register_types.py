@@ -286,9 +286,10 @@ class HostEntry:
         }
 
     @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> HostEntry:
+    def from_dict(cls, data: Mapping[str, Any], *, outcomes: bool = True) -> HostEntry:
+        """A host read back (``outcomes=False``: without its rules' outcomes)."""
         name = str(data.get("name") or "")
-        outcomes = data.get("outcomes") or {}
+        entries = (data.get("outcomes") or {}) if outcomes else {}
         return cls(
             name=name,
             status=str(data.get("status") or ""),
@@ -303,7 +304,7 @@ class HostEntry:
             finding_count=int(data.get("finding_count") or 0),
             findings_by_severity=dict(data.get("findings_by_severity") or {}),
             outcomes=tuple(
-                RuleOutcome.from_dict(rule, name, entry) for rule, entry in outcomes.items()
+                RuleOutcome.from_dict(rule, name, entry) for rule, entry in entries.items()
             ),
         )
 
@@ -659,10 +660,14 @@ class Register:
         return document
 
     @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> Register:
+    def from_dict(cls, data: Mapping[str, Any], *, outcomes: bool = True) -> Register:
         """A register read back from register.json, for what reads its findings, risks, hosts
         and counts (checklists and trends are the page's and stay in the document). Raises
-        ValueError (KeyError, TypeError included) on a document that is not a register."""
+        ValueError (KeyError, TypeError included) on a document that is not a register.
+
+        ``outcomes=False`` leaves out every rule's outcome on each host (the hosts' ``outcomes``
+        are empty): most of a large fleet's register, which the terminal summary and the
+        ``--fail-on`` gate do not read."""
         if not isinstance(data, Mapping):
             raise ValueError("a register is a JSON object")
         try:
@@ -674,7 +679,9 @@ class Register:
                 generated_at=str(data.get("generated_at") or ""),
                 run_id=None if data.get("run_id") is None else str(data["run_id"]),
                 summary=Summary.from_dict(data.get("summary") or {}),
-                hosts=tuple(HostEntry.from_dict(h) for h in data.get("hosts") or ()),
+                hosts=tuple(
+                    HostEntry.from_dict(h, outcomes=outcomes) for h in data.get("hosts") or ()
+                ),
                 rules=dict(data.get("rules") or {}),
                 risks=risks,
                 findings=findings,

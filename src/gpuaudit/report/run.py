@@ -173,12 +173,14 @@ class RunDir:
     def html_path(self) -> Path:
         return self.path / HTML_FILE
 
-    def load_register(self) -> Register:
-        """The run's register, read back from register.json; OSError when it cannot be read,
+    def load_register(self, *, outcomes: bool = True) -> Register:
+        """The run's register, read back from register.json (``outcomes=False``: without each
+        host's rule outcomes, see Register.from_dict); OSError when it cannot be read,
         ValueError when it is not a register."""
         from gpuaudit.report.register_types import Register  # the rules: only when read
 
-        return Register.from_dict(json.loads(self.register_path.read_text(encoding="utf-8")))
+        document = json.loads(self.register_path.read_text(encoding="utf-8"))
+        return Register.from_dict(document, outcomes=outcomes)
 
     def snapshot_path(self, host: str) -> Path:
         return self.hosts_dir / safe_host_filename(host)
