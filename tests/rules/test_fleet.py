@@ -111,3 +111,23 @@ def test_uniform_firmware_is_silent(make_host, make_gpu, findings):
     fleet = [firmware_host(make_host, make_gpu, n) for n in ("a", "b", "c")]
     for code in ("GA702", "GA703", "GA704", "GA705"):
         assert findings(code, *fleet) == []
+
+
+def test_drift_text_is_made_once_per_model_group(make_host, make_gpu, findings, monkeypatch):
+    """Every drifting host names its group's hosts; a fleet of thousands has thousands of
+    them, so what the group says is made once, not once per drifting host."""
+    from gpuaudit.rules import fleet as fleet_rules
+
+    calls = []
+    names = fleet_rules._names
+    monkeypatch.setattr(fleet_rules, "_names", lambda snaps: calls.append(1) or names(snaps))
+    hosts = [host(make_host, make_gpu, f"a{i:03d}", "550.127.05") for i in range(60)]
+    hosts += [host(make_host, make_gpu, f"b{i:03d}", "535.216.01") for i in range(40)]
+    found = findings("GA701", *hosts)
+    assert sorted(f.host for f in found) == [f"b{i:03d}" for i in range(40)]
+    assert all("550.127.05 on 60 (a000, a001" in f.message for f in found)
+    assert all(
+        "535.216.01 on 40 (b000, b001" in f.message and "… 30 more" in f.message for f in found
+    )
+    assert all(f.evidence.excerpt.startswith(f"{H100}: 535.216.01: b000") for f in found)
+    assert len(calls) == 4  # two values, each named in the message and in the excerpt

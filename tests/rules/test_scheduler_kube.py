@@ -259,3 +259,42 @@ def test_amd_gpus(make_host, make_gpu, run: Run) -> None:
     assert run(host, cluster=view(ok))[0] == []
     found, _ = run(host, cluster=view(node("mi100-01", resources={"amd.com/gpu": 8})))
     assert codes(found) == ["GA901"] and "amd.com/gpu 8 advertised, 6 expected" in found[0].message
+
+
+class _CountedNodes(tuple):
+    """A view's nodes that count how often they are walked."""
+
+    walks = 0
+
+    def __iter__(self):
+        type(self).walks += 1
+        return super().__iter__()
+
+
+def test_a_fleet_is_mapped_onto_the_nodes_walking_them_once(make_host, run: Run) -> None:
+    """Thousands of hosts onto thousands of nodes: the nodes are indexed once for the run, not
+    walked for each host and rule, and each host still finds the node it found before."""
+    parsed = view(
+        *(node(f"gpu-{i:04d}.dc1.example.com", gfd(), gpus=2) for i in range(300)),
+        node("GPU-0007.other.example.com.", gfd(), gpus=2),  # a later node with the same short name
+        node("K8S-Worker-1.", gfd(), gpus=2),
+    )
+    _CountedNodes.walks = 0
+    cluster = ClusterView(nodes=_CountedNodes(parsed.nodes), source=parsed.source)
+    hosts = [make_host(f"gpu-{i:04d}") for i in range(300)]
+    hosts.append(make_host("k8s-worker-1"))
+    hosts.append(make_host("gpu-0400.dc1.example.com"))
+    found, outcomes = run(*hosts, cluster=cluster)
+    assert _CountedNodes.walks <= 5  # the index, and the fleet rule that lists unmapped nodes
+    # Matched by short name to the first node in the view's order that has it.
+    assert outcomes["GA901", "gpu-0007"].outcome is Outcome.PASS
+    assert cluster.node_answering_to_short("gpu-0007") is parsed.nodes[7]
+    # Lower case, without the trailing dot, by its full name.
+    assert outcomes["GA901", "k8s-worker-1"].outcome is Outcome.PASS
+    assert cluster.node_answering_to("k8s-worker-1") is parsed.nodes[301]
+    assert (
+        cluster.node("K8S-Worker-1.") is parsed.nodes[301] and cluster.node("k8s-worker-1") is None
+    )
+    unmapped = {f.host for f in found if f.rule == "GA909"}
+    assert unmapped == {"gpu-0400.dc1.example.com"}
+    assert [f.host for f in found if f.rule == "GA908"] == [FLEET_HOST]  # GPU-0007.other…

@@ -14,6 +14,7 @@ conditions.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
 
 from gpuaudit.model.snapshot import ParseWarning
@@ -73,6 +74,12 @@ class KubeNode:
     hostnames: tuple[str, ...] = ()
 
     @property
+    def answers_to(self) -> tuple[str, ...]:
+        """The names the node answers to when inventory hosts are mapped onto it: its own name,
+        then its hostnames, lower case and without a trailing dot."""
+        return tuple(n.lower().rstrip(".") for n in (self.name, *self.hostnames))
+
+    @property
     def ready(self) -> bool | None:
         """The Ready condition: True, False, or None when it is missing or Unknown."""
         cond = next((c for c in self.conditions if c.type == "Ready"), None)
@@ -98,6 +105,11 @@ class KubeNode:
         )
 
 
+def short_name(name: str) -> str:
+    """A host or node name's first label."""
+    return name.split(".", 1)[0]
+
+
 @dataclass(frozen=True)
 class ClusterView:
     """The cluster's nodes as one read gave them, or why the read failed.
@@ -114,4 +126,29 @@ class ClusterView:
     warnings: tuple[ParseWarning, ...] = ()
 
     def node(self, name: str) -> KubeNode | None:
-        return next((n for n in self.nodes if n.name == name), None)
+        """The first node named exactly ``name``."""
+        return self._index[0].get(name)
+
+    def node_answering_to(self, name: str) -> KubeNode | None:
+        """The first node that answers to ``name`` (lower case, no trailing dot): its own
+        name or one of its hostnames."""
+        return self._index[1].get(name)
+
+    def node_answering_to_short(self, short: str) -> KubeNode | None:
+        """The first node one of whose names has ``short`` as its first label."""
+        return self._index[2].get(short)
+
+    @functools.cached_property
+    def _index(self) -> tuple[dict[str, KubeNode], dict[str, KubeNode], dict[str, KubeNode]]:
+        # Each name to the first node in the view's order that has it, made once: a fleet of
+        # thousands of hosts is mapped onto thousands of nodes without walking the nodes for
+        # each host and rule.
+        exact: dict[str, KubeNode] = {}
+        full: dict[str, KubeNode] = {}
+        short: dict[str, KubeNode] = {}
+        for node in self.nodes:
+            exact.setdefault(node.name, node)
+            for name in node.answers_to:
+                full.setdefault(name, node)
+                short.setdefault(short_name(name), node)
+        return exact, full, short

@@ -83,33 +83,32 @@ def _drift(
             if value:
                 groups.setdefault(model, {}).setdefault(value, []).append(snap)
 
-    drifts: dict[str, list[tuple[str, str, str, dict[str, list[HostSnapshot]]]]] = {}
+    drifts: dict[str, list[tuple[str, str, str]]] = {}
     by_host: dict[str, HostSnapshot] = {}
+    # What a model's group says is the same for every drifting host in it: made once per model
+    # (a fleet of thousands has thousands of drifting hosts, each naming the group's hosts).
+    said: dict[str, tuple[str, str, str]] = {}
     for model, values in sorted(groups.items()):
         if len(values) < 2:
             continue
         majority = max(values, key=lambda v: (len(values[v]), version_key(v)))
+        said[model] = _group_text(model, values, majority)
         for value, snaps in values.items():
             if value == majority:
                 continue
             for snap in snaps:
                 by_host[snap.host] = snap
-                drifts.setdefault(snap.host, []).append((model, value, majority, values))
+                drifts.setdefault(snap.host, []).append((model, value, majority))
 
     for host, entries in sorted(drifts.items()):
         snap = by_host[host]
         parts = []
-        for model, value, majority, values in entries:
-            spread = "; ".join(
-                f"{v} on {len(values[v])} ({_names(values[v])})"
-                for v in sorted(values, key=lambda v: (-len(values[v]), v))
-            )
-            tie = sum(1 for v in values if len(values[v]) == len(values[majority])) > 1
-            reference = "newest of the tied versions" if tie else "majority version"
+        for model, value, majority in entries:
+            reference, spread, _listing = said[model]
             parts.append(
                 f"{model}: this host has {value}, the {reference} is {majority} — {spread}."
             )
-        model, value, majority, _ = entries[0]
+        model, value, majority = entries[0]
         yield rule.finding(
             snap,
             f"{what} drift. " + " ".join(parts),
@@ -117,13 +116,26 @@ def _drift(
                 fact=fact,
                 actual=value,
                 expected=majority,
-                excerpt="\n".join(
-                    f"{m}: "
-                    + "; ".join(f"{v}: {_names(vs[v])}" for v in sorted(vs, key=version_key))
-                    for m, _, _, vs in entries
-                ),
+                excerpt="\n".join(said[m][2] for m, *_ in entries),
             ),
         )
+
+
+def _group_text(
+    model: str, values: dict[str, list[HostSnapshot]], majority: str
+) -> tuple[str, str, str]:
+    """(what the reference value is, the values by how many hosts have each, the hosts on each
+    value by version) for one model's group of hosts."""
+    spread = "; ".join(
+        f"{v} on {len(values[v])} ({_names(values[v])})"
+        for v in sorted(values, key=lambda v: (-len(values[v]), v))
+    )
+    tie = sum(1 for v in values if len(values[v]) == len(values[majority])) > 1
+    reference = "newest of the tied versions" if tie else "majority version"
+    listing = f"{model}: " + "; ".join(
+        f"{v}: {_names(values[v])}" for v in sorted(values, key=version_key)
+    )
+    return reference, spread, listing
 
 
 def _gpu_values(field: str) -> ValueOf:

@@ -17,7 +17,14 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from gpuaudit.model.cluster import AMD_GPU, NVIDIA_GPU, NVIDIA_MIG_PREFIX, ClusterView, KubeNode
+from gpuaudit.model.cluster import (
+    AMD_GPU,
+    NVIDIA_GPU,
+    NVIDIA_MIG_PREFIX,
+    ClusterView,
+    KubeNode,
+    short_name,
+)
 from gpuaudit.model.findings import Outcome
 from gpuaudit.model.snapshot import Gpu, HostSnapshot, HostStatus
 from gpuaudit.rules.mig import gpu_instance_counts
@@ -57,14 +64,6 @@ def host_names(snap: HostSnapshot) -> list[str]:
     return found
 
 
-def _node_names(node: KubeNode) -> list[str]:
-    return [n.lower().rstrip(".") for n in (node.name, *node.hostnames)]
-
-
-def _short(name: str) -> str:
-    return name.split(".", 1)[0]
-
-
 def find_node(
     snap: HostSnapshot, settings: Mapping[str, Any], cluster: ClusterView
 ) -> tuple[KubeNode | None, str]:
@@ -77,13 +76,13 @@ def find_node(
         return node, f"kubernetes_node: {override}"
     names = host_names(snap)
     for name in names:
-        for node in cluster.nodes:
-            if name in _node_names(node):
-                return node, f"by name ({name})"
+        node = cluster.node_answering_to(name)
+        if node is not None:
+            return node, f"by name ({name})"
     for name in names:
-        for node in cluster.nodes:
-            if _short(name) in {_short(n) for n in _node_names(node)}:
-                return node, f"by short name ({_short(name)})"
+        node = cluster.node_answering_to_short(short_name(name))
+        if node is not None:
+            return node, f"by short name ({short_name(name)})"
     return None, f"no node of the cluster is named {' or '.join(names) or snap.host}"
 
 
