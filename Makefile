@@ -43,11 +43,12 @@ system-deps:
 		echo "installing kubernetes-client (kubectl)"; $(APT) update -qq && \
 		DEBIAN_FRONTEND=noninteractive $(APT) install -y -qq kubernetes-client; }
 
-# gpuaudit is installed editable, so pip compiles none of its modules; where the environment
-# sets PYTHONDONTWRITEBYTECODE, nothing would, and every gpuaudit process (the CLI, each pyinfra
-# run, each test's subprocess) would compile them all again: about 0.4 s of CPU each. Compiled
-# here as an installed package is; a module changed since is compiled in memory as before. A
-# tree that cannot be written to is left as it is: its modules are compiled when loaded.
+# gpuaudit is installed editable, so pip compiles none of its modules; pyinfra's command writes
+# no bytecode, nor does anything where the environment sets PYTHONDONTWRITEBYTECODE, and every
+# gpuaudit process (the CLI, each pyinfra run, each test's subprocess) would compile them all
+# again: about 0.4 s of CPU each. Compiled here as an installed package is; a module changed
+# since is compiled in memory as before. A tree that cannot be written to is left as it is: its
+# modules are compiled when loaded.
 bytecode: $(STAMP)
 	@$(BIN)/python -m compileall -q src >/dev/null || \
 		echo "bytecode: some modules were not compiled ahead; they are compiled when loaded"

@@ -63,6 +63,11 @@ _CLOSE_RUN = (
     "from gpuaudit.deploy import close_run_main\n"
     "sys.exit(close_run_main(sys.argv[1:]))\n"
 )
+_SHARD = (
+    "import pyinfra_cli, sys\n"
+    "from gpuaudit.deploy import shard_main\n"
+    "sys.exit(shard_main(sys.argv[1:]))\n"
+)
 _LIST_HOSTS = (
     "import pyinfra_cli, sys\n"
     "from gpuaudit.deploy import list_hosts_main\n"
@@ -163,7 +168,7 @@ class AuditRun:
         commands = []
         for number, part in enumerate((p for p in parts if p), 1):
             limits = [f"--limit={name}" for name in part]
-            command = [sys.executable, "-m", "pyinfra", *options, *limits, inventory, operation]
+            command = [sys.executable, "-c", _SHARD, *options, *limits, inventory, operation]
             commands.append((command, {**self.env, "GPUAUDIT_SHARD": f"{number}/{self.shards}"}))
         return commands
 

@@ -215,3 +215,5 @@ def test_a_register_read_without_outcomes_gives_the_same_summary_and_gate() -> N
     ]
     for threshold in ("critical", "high", "medium", "low"):
         assert light.open_risks_at_or_above(threshold) == whole.open_risks_at_or_above(threshold)
+    assert all(whole.host(h.name) is h for h in whole.hosts)
+    assert whole.host("no-such-host") is None

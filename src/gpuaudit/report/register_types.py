@@ -602,7 +602,15 @@ class Register:
         return replace(self, rollouts=tuple(rollouts))
 
     def host(self, name: str) -> HostEntry | None:
-        return next((h for h in self.hosts if h.name == name), None)
+        return self._hosts_by_name.get(name)
+
+    @functools.cached_property
+    def _hosts_by_name(self) -> dict[str, HostEntry]:
+        # Made once: summary.md looks up every host that is not ok, thousands in a large fleet.
+        by_name: dict[str, HostEntry] = {}
+        for entry in self.hosts:
+            by_name.setdefault(entry.name, entry)
+        return by_name
 
     def open_risks_at_or_above(self, threshold: Severity | str) -> list[Risk]:
         """The risks with an open finding at ``threshold`` or above (what ``--fail-on``
