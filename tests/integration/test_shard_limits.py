@@ -1,9 +1,10 @@
-"""A shard's --limit per host, looked up by name: the same hosts as pyinfra's own matching.
+"""A shard's --limit per host, looked up by name: that host, as pyinfra's matching would
+select it, and alone where pyinfra's would not.
 
 pyinfra matches each --limit against every inventory host; a sharded run gives each shard one
 --limit per host, which at 10,000 hosts is millions of matches. ``gpuaudit.deploy.shard_main``
-looks plain host names up instead. Compared here, in a process of its own (pyinfra's command
-line patches the standard library for gevent), with pyinfra's matching over a real inventory.
+looks host names up instead. Compared here, in a process of its own (pyinfra's command line
+patches the standard library for gevent), with pyinfra's matching over a real inventory.
 """
 
 from __future__ import annotations
