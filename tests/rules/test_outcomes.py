@@ -194,3 +194,35 @@ def test_gpu_count_is_checked_on_hosts_without_nvidia_smi(make_host, make_gpu):
     )
     (finding,) = [f for f in assess([snap]).findings if f.rule == "GA102"]
     assert finding.message.startswith("6 of 8 expected GPUs are visible")
+
+
+def test_rules_that_need_the_same_data_share_one_verdict_per_host(make_host, monkeypatch):
+    """A host's verdict for rules that found nothing is worked out once for each distinct list
+    of needs (and per-GPU or not), and is the verdict each rule gets when judged on its own."""
+    from gpuaudit.rules import audit
+
+    fleet = [
+        make_host("gpu-01"),
+        make_host("gpu-02", gpus=(), sections={"nvidia_smi_xml": Section(rc=9, stdout=DEAD)}),
+    ]
+    rules = list(all_rules())
+    # Equal lists of needs are one tuple, so the rules naming them share the verdict.
+    assert len({r.needs for r in rules}) == len({id(r.needs) for r in rules})
+    distinct = {(r.needs, r.per_gpu) for r in rules}
+    assert len(distinct) < len(rules) / 2
+    verdicts: list[object] = []
+    real = audit._verdict
+    monkeypatch.setattr(audit, "_verdict", lambda *a: verdicts.append(a) or real(*a))
+    shared = {}
+    for snap in fleet:
+        host = audit.HostJudging(snap)
+        shared.update({(snap.host, r.code): audit.judge(r, snap, [], None, host) for r in rules})
+    assert len(verdicts) == len(fleet) * len(distinct)
+    monkeypatch.undo()
+    for snap in fleet:
+        for rule in rules:
+            assert audit.judge(rule, snap, []) == shared[snap.host, rule.code], rule.code
+    # The dead host's GPU rules are not evaluated, with the reason, where the live one passes.
+    assert shared["gpu-01", "GA303"].outcome is Outcome.PASS
+    assert shared["gpu-02", "GA303"].outcome is Outcome.NOT_EVALUATED
+    assert "exit status 9" in shared["gpu-02", "GA303"].reason

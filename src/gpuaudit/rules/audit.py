@@ -152,17 +152,22 @@ DRIVER_MODULE = section_need(
 )
 
 
+# A rule's outcome on a host where it found nothing, the reason, and its GPUs' outcomes.
+_Verdict = tuple[Outcome, str, tuple[GpuOutcome, ...]]
+
+
 class HostJudging:
     """What :func:`judge` works out about one host once, for every rule judged on it: the
     host's GPUs in index order, their outcomes where a rule found nothing on any of them, and
     why the host lacks each need asked about (evaluate() keeps one per host)."""
 
-    __slots__ = ("_missing", "_plain", "gpus")
+    __slots__ = ("_missing", "_plain", "_quiet", "gpus")
 
     def __init__(self, snap: HostSnapshot) -> None:
         self.gpus = tuple(sorted(snap.gpus, key=lambda g: g.index))
         self._plain: tuple[GpuOutcome, ...] | None = None
         self._missing: dict[int, tuple[Need, str | None]] = {}
+        self._quiet: dict[tuple[int, bool], tuple[tuple[Need, ...], _Verdict]] = {}
 
     def plain(self) -> tuple[GpuOutcome, ...]:
         """The GPUs' outcomes where a rule had nothing to say of any of them."""
@@ -174,6 +179,19 @@ class HostJudging:
         known = self._missing.get(id(need))
         if known is None:
             known = self._missing[id(need)] = (need, need.missing(snap))
+        return known[1]
+
+    def quiet(self, rule: Rule, snap: HostSnapshot) -> _Verdict:
+        """The verdict of a rule whose check found nothing and skipped nothing here: it hangs
+        only on the rule's needs and whether it judges GPUs, so rules alike share it."""
+        key = (id(rule.needs), rule.per_gpu)
+        known = self._quiet.get(key)
+        if known is None or known[0] is not rule.needs:
+            unjudged = [
+                (n.outcome, m) for n in rule.needs if (m := self.missing(n, snap)) is not None
+            ]
+            verdict = _verdict(unjudged, self.plain() if rule.per_gpu else ())
+            known = self._quiet[key] = (rule.needs, verdict)
         return known[1]
 
 
@@ -199,9 +217,8 @@ def judge(
         host = HostJudging(snap)
     if not results:
         # The common case, made short: the check found nothing and skipped nothing.
-        unjudged = [(n.outcome, m) for n in rule.needs if (m := host.missing(n, snap)) is not None]
-        gpus = host.plain() if rule.per_gpu else ()
-        return _unjudged(rule, snap, unjudged, gpus)
+        outcome, why, gpus = host.quiet(rule, snap)
+        return RuleOutcome(rule.code, snap.host, outcome, why, 0, gpus, rule.per_gpu)
     findings = [r for r in results if isinstance(r, Finding)]
     skipped = [r for r in results if isinstance(r, NotEvaluated)]
     gpus = _gpu_outcomes(host, findings, skipped) if rule.per_gpu else ()
@@ -211,31 +228,25 @@ def judge(
         )
     unjudged = [(n.outcome, m) for n in rule.needs if (m := host.missing(n, snap)) is not None]
     unjudged += [(s.outcome, s.reason) for s in skipped if s.gpu is None]
-    return _unjudged(rule, snap, unjudged, gpus)
+    outcome, why, gpus = _verdict(unjudged, gpus)
+    return RuleOutcome(rule.code, snap.host, outcome, why, 0, gpus, rule.per_gpu)
 
 
-def _unjudged(
-    rule: Rule,
-    snap: HostSnapshot,
-    unjudged: list[tuple[Outcome, str]],
-    gpus: tuple[GpuOutcome, ...],
-) -> RuleOutcome:
-    """The outcome of a rule that found nothing on ``snap``: passed, or why it did not judge
+def _verdict(unjudged: list[tuple[Outcome, str]], gpus: tuple[GpuOutcome, ...]) -> _Verdict:
+    """The outcome of a rule that found nothing on a host: passed, or why it did not judge
     (``unjudged``: the needs the host lacks and what the check skipped, with their outcomes)."""
-    if not unjudged and not any(g.outcome is Outcome.NOT_EVALUATED for g in gpus):
-        return RuleOutcome(rule.code, snap.host, Outcome.PASS, "", 0, gpus, rule.per_gpu)
-    kinds = {outcome for outcome, _ in unjudged}
     gpu_gaps = any(g.outcome is Outcome.NOT_EVALUATED for g in gpus)
+    if not unjudged and not gpu_gaps:
+        return Outcome.PASS, "", gpus
+    kinds = {outcome for outcome, _ in unjudged}
     if len(kinds) == 1 and kinds != {Outcome.NOT_EVALUATED} and not gpu_gaps:
         # Off by the site's policy, or nothing to check on this host: said so, never a pass.
-        why = "; ".join(dict.fromkeys(reason for _, reason in unjudged))
-        return RuleOutcome(rule.code, snap.host, kinds.pop(), why, 0, gpus, rule.per_gpu)
+        return kinds.pop(), "; ".join(dict.fromkeys(reason for _, reason in unjudged)), gpus
     reasons = [reason for _, reason in unjudged]
     reasons += [f"GPU {g.gpu}: {g.reason}" for g in gpus if g.outcome is Outcome.NOT_EVALUATED]
     if reasons:
-        why = "; ".join(dict.fromkeys(reasons))
-        return RuleOutcome(rule.code, snap.host, Outcome.NOT_EVALUATED, why, 0, gpus, rule.per_gpu)
-    return RuleOutcome(rule.code, snap.host, Outcome.PASS, "", 0, gpus, rule.per_gpu)
+        return Outcome.NOT_EVALUATED, "; ".join(dict.fromkeys(reasons)), gpus
+    return Outcome.PASS, "", gpus
 
 
 def _gpu_outcomes(

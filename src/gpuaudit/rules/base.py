@@ -119,6 +119,9 @@ class Evaluation:
 
 
 CheckResult = Finding | NotEvaluated
+# One tuple for each distinct list of needs the rules name, so rules that need the same data
+# share it: what a host lacks is then worked out once for all of them (audit.HostJudging).
+_NEEDS: dict[tuple[Need, ...], tuple[Need, ...]] = {}
 HostCheck = Callable[["Rule", HostSnapshot, RuleContext], Iterable[CheckResult]]
 FleetCheck = Callable[["Rule", Sequence[HostSnapshot], RuleContext], Iterable[CheckResult]]
 
@@ -270,7 +273,7 @@ def rule(
                 check_host=None if fleet else check,
                 check_fleet=check if fleet else None,
                 runs_without_data=runs_without_data,
-                needs=tuple(needs),
+                needs=_NEEDS.setdefault(tuple(needs), tuple(needs)),
                 per_gpu=per_gpu,
             )
         )
