@@ -268,8 +268,10 @@ class HostEntry:
     findings_by_severity: Mapping[str, int]
     outcomes: tuple[RuleOutcome, ...] = ()
 
-    def to_dict(self) -> dict[str, Any]:
-        return {
+    def to_dict(self, *, outcomes: bool = True) -> dict[str, Any]:
+        """The host as register.json holds it (``outcomes=False``: without its rules'
+        outcomes, the last key)."""
+        entry: dict[str, Any] = {
             "name": self.name,
             "status": self.status,
             "status_detail": self.status_detail,
@@ -282,8 +284,10 @@ class HostEntry:
             "gpus": [g.to_dict() for g in self.gpus],
             "finding_count": self.finding_count,
             "findings_by_severity": dict(self.findings_by_severity),
-            "outcomes": {o.rule: o.to_dict() for o in self.outcomes},
         }
+        if outcomes:
+            entry["outcomes"] = {o.rule: o.to_dict() for o in self.outcomes}
+        return entry
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any], *, outcomes: bool = True) -> HostEntry:

@@ -31,7 +31,7 @@ from gpuaudit.report.outputs import (
     render_prometheus,
 )
 from gpuaudit.report.references import DOCS_DIR, docs_file, docs_pages
-from gpuaudit.report.register_types import Register
+from gpuaudit.report.register_types import HostEntry, Register
 
 
 @dataclass(frozen=True)
@@ -92,7 +92,7 @@ def register_json_chunks(register: Register) -> Iterator[str]:
     """register.json's text (:func:`register_json`) in pieces: its hosts, the largest part
     (every rule's outcome on each), are turned into JSON one at a time, never all held."""
     head = register.head
-    hosts = (h.to_dict() for h in register.hosts)
+    hosts = map(_HostJson().text, register.hosts)
     return _lines_json(head, {"hosts": hosts} if register.hosts else {})
 
 
@@ -100,24 +100,56 @@ def _dump(value: Any) -> str:
     return json.dumps(value, ensure_ascii=False, allow_nan=False)
 
 
+class _HostJson:
+    """Hosts as register.json's text, each what ``_dump(host.to_dict())`` gives.
+
+    Most of a host's text is its rules' outcomes, and outcomes repeat: every rule that passed
+    without judging GPUs is ``{"outcome": "pass"}``, and the rules that judge GPUs share a
+    host's list of them. Each distinct outcome is turned into JSON once."""
+
+    __slots__ = ("_codes", "_outcomes")
+
+    def __init__(self) -> None:
+        self._codes: dict[str, str] = {}
+        # (outcome, reason, findings, per GPU, id of the GPUs' outcomes) → (those, its text)
+        self._outcomes: dict[tuple[str, str, int, bool, int], tuple[object, str]] = {}
+
+    def text(self, host: HostEntry) -> str:
+        head = _dump(host.to_dict(outcomes=False))
+        codes, known = self._codes, self._outcomes
+        parts = []
+        for o in host.outcomes:
+            code = codes.get(o.rule)
+            if code is None:
+                code = codes[o.rule] = _dump(o.rule) + ": "
+            gpus = o.gpus if o.per_gpu else ()
+            key = (o.outcome._value_, o.reason, o.findings, o.per_gpu, id(gpus))
+            entry = known.get(key)
+            if entry is None or entry[0] is not gpus:
+                entry = known[key] = (gpus, _dump(o.to_dict()))
+            parts.append(code + entry[1])
+        return f'{head[:-1]}, "outcomes": {{{", ".join(parts)}}}}}'
+
+
 def _lines_json(
-    document: Mapping[str, Any], streamed: Mapping[str, Iterable[Any]] | None = None
+    document: Mapping[str, Any], streamed: Mapping[str, Iterable[str]] | None = None
 ) -> Iterator[str]:
     """``document`` one key a line and each entry of a list on its own; the lists of
-    ``streamed`` stand for the document's values of their keys, written entry by entry."""
+    ``streamed`` stand for the document's values of their keys, each entry already JSON text,
+    written entry by entry."""
     streamed = streamed or {}
     yield "{\n"
     for number, (key, value) in enumerate(document.items()):
         lead = " " if number == 0 else ",\n "
         items = streamed.get(key)
         if items is None and isinstance(value, list) and value:
-            items = value
+            items = map(_dump, value)
         if items is None:
             yield f"{lead}{_dump(key)}: {_dump(value)}"
             continue
         first = True
         for item in items:
-            yield (f"{lead}{_dump(key)}: [\n  " if first else ",\n  ") + _dump(item)
+            yield (f"{lead}{_dump(key)}: [\n  " if first else ",\n  ") + item
             first = False
         yield f"{lead}{_dump(key)}: []" if first else "\n ]"
     yield "\n}\n"
