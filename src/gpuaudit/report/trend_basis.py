@@ -67,11 +67,19 @@ class HostCounters:
     xids: Mapping[str, int]  # XID events per PCI bus id
 
 
-def counter(gpu: Gpu, path: str) -> int | None:
-    value: Any = gpu
-    for part in path.split("."):
-        value = getattr(value, part, None)
-    return value if isinstance(value, int) and not isinstance(value, bool) else None
+# GPU_COUNTERS' paths split once: counters() reads them for every GPU of the fleet.
+_COUNTER_PATHS = tuple(tuple(path.split(".")) for path in GPU_COUNTERS)
+
+
+def counters(gpu: Gpu) -> tuple[int | None, ...]:
+    """The GPU's counters in GPU_COUNTERS order: each an int, or None where it has none."""
+    values = []
+    for path in _COUNTER_PATHS:
+        value: Any = gpu
+        for part in path:
+            value = getattr(value, part, None)
+        values.append(value if isinstance(value, int) and not isinstance(value, bool) else None)
+    return tuple(values)
 
 
 def xid_counts(snap: HostSnapshot) -> Counter[str]:
@@ -95,10 +103,7 @@ def host_counters(snap: HostSnapshot) -> HostCounters:
         snap.collected_at,
         snap.status,
         snap.driver_version or snap.driver_version_proc,
-        tuple(
-            GpuCounters(g.index, g.pci_bus_id, tuple(counter(g, m) for m in GPU_COUNTERS))
-            for g in snap.gpus
-        ),
+        tuple(GpuCounters(g.index, g.pci_bus_id, counters(g)) for g in snap.gpus),
         dict(xid_counts(snap)),
     )
 

@@ -19,7 +19,7 @@ import traceback
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from functools import partial
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from gpuaudit.model.cluster import ClusterView
 from gpuaudit.model.snapshot import HostSnapshot
@@ -45,7 +45,14 @@ from gpuaudit.rules import (
     visibility,
     xid,
 )
-from gpuaudit.rules.audit import NOT_COLLECTED, HostJudging, judge, not_audited, rule_failed
+from gpuaudit.rules.audit import (
+    NOT_COLLECTED,
+    HostJudging,
+    judge,
+    not_audited,
+    quiet_key,
+    rule_failed,
+)
 from gpuaudit.rules.base import (
     FLEET_HOST,
     REGISTRY,
@@ -133,71 +140,84 @@ def assess(
         )
         for snap in fleet
     ]
-    hosts = [(snap, ctx, _disabled(ctx)) for snap, ctx in zip(fleet, contexts, strict=True)]
-    judging = {id(snap): HostJudging(snap) for snap in fleet}
+    hosts = [
+        _Host(snap, ctx, _disabled(ctx), snap.status not in NOT_COLLECTED, HostJudging(snap))
+        for snap, ctx in zip(fleet, contexts, strict=True)
+    ]
     findings: list[Finding] = []
     outcomes: list[RuleOutcome] = []
+    add = outcomes.append
     for rule in all_rules():
         if rule.check_host is not None:
-            check_host = rule.check_host
-            for snap, ctx, off in hosts:
-                if off and rule.code in off:
-                    outcomes.append(_disabled_outcome(rule, snap, policy))
+            check_host, code, per_gpu = rule.check_host, rule.code, rule.per_gpu
+            quiet = quiet_key(rule)
+            for snap, ctx, off, collected, judging in hosts:
+                if off and code in off:
+                    add(_disabled_outcome(rule, snap, policy))
                     continue
-                if snap.status in NOT_COLLECTED and not rule.runs_without_data:
-                    outcomes.append(not_audited(rule, snap))
+                if not collected and not rule.runs_without_data:
+                    add(not_audited(rule, snap))
                     continue
                 # _guarded's work, inline: this runs once per rule and host.
                 try:
                     results = list(check_host(rule, snap, ctx))
                 except Exception as exc:  # any rule bug must become a finding, not a crash
                     results = [_failure(rule, snap.host, exc)]
-                failure = _failure_of(rule, results) if results else None
-                if results:
-                    findings.extend(r for r in results if isinstance(r, Finding))
-                outcomes.append(
-                    judge(rule, snap, [] if failure else results, failure, judging[id(snap)])
-                )
+                if not results:  # judge()'s common case, inline
+                    outcome, why, gpus = judging.quiet(quiet, rule, snap)
+                    add(RuleOutcome(code, snap.host, outcome, why, 0, gpus, per_gpu))
+                    continue
+                failure = _failure_of(rule, results)
+                findings.extend(r for r in results if isinstance(r, Finding))
+                add(judge(rule, snap, [] if failure else results, failure, judging))
         if rule.check_fleet is not None:
-            outcomes += _run_fleet(
-                rule, rule.check_fleet, hosts, fleet_ctx, policy, findings, judging
-            )
+            outcomes += _run_fleet(rule, rule.check_fleet, hosts, fleet_ctx, policy, findings)
     outcomes += _rule_failures(hosts, findings)
     return Evaluation(
         findings=tuple(sort_findings(override(f) for f in findings)), outcomes=tuple(outcomes)
     )
 
 
+class _Host(NamedTuple):
+    """A host as the rules are run on it: its snapshot, its context (its own settings), the
+    rules its policy disables, whether it was collected, and what judging a rule there needs
+    (worked out once for every rule)."""
+
+    snap: HostSnapshot
+    ctx: RuleContext
+    off: set[str]
+    collected: bool
+    judging: HostJudging
+
+
 def _run_fleet(
     rule: Rule,
     check: FleetCheck,
-    hosts: Sequence[tuple[HostSnapshot, RuleContext, set[str]]],
+    hosts: Sequence[_Host],
     fleet_ctx: RuleContext,
     policy: Policy | Mapping[str, Any] | None,
     findings: list[Finding],
-    judging: Mapping[int, HostJudging] | None = None,
 ) -> list[RuleOutcome]:
     """Run a fleet rule once; add its findings and return its outcome on every host."""
     if rule.code in _disabled(fleet_ctx):
-        return [_disabled_outcome(rule, snap, policy) for snap, _ctx, _off in hosts]
+        return [_disabled_outcome(rule, host.snap, policy) for host in hosts]
     fleet = fleet_ctx.fleet
     results = _guarded(rule, FLEET_HOST, partial(check, rule, fleet, fleet_ctx))
     failure = _failure_of(rule, results)
-    disabled_on = {snap.host for snap, _ctx, off in hosts if rule.code in off}
+    disabled_on = {host.snap.host for host in hosts if rule.code in host.off}
     findings.extend(r for r in results if isinstance(r, Finding) and r.host not in disabled_on)
     by_host: dict[str | None, list[CheckResult]] = {}
     for r in results:
         by_host.setdefault(r.host, []).append(r)
     outcomes = []
-    for snap, _ctx, off in hosts:
+    for snap, _ctx, off, collected, judging in hosts:
         if rule.code in off:
             outcomes.append(_disabled_outcome(rule, snap, policy))
-        elif snap.status in NOT_COLLECTED:
+        elif not collected:
             outcomes.append(not_audited(rule, snap))
         else:
             mine = [] if failure else by_host.get(snap.host, [])
-            host = judging.get(id(snap)) if judging is not None else None
-            outcomes.append(judge(rule, snap, mine, failure, host))
+            outcomes.append(judge(rule, snap, mine, failure, judging))
     return outcomes
 
 
@@ -215,9 +235,7 @@ def _failure_of(rule: Rule, results: Sequence[CheckResult]) -> Finding | None:
     )
 
 
-def _rule_failures(
-    hosts: Sequence[tuple[HostSnapshot, RuleContext, set[str]]], findings: Sequence[Finding]
-) -> list[RuleOutcome]:
+def _rule_failures(hosts: Sequence[_Host], findings: Sequence[Finding]) -> list[RuleOutcome]:
     """GA000's own outcome: failed where another rule raised, passed elsewhere."""
     failed = rule_failed()
     counts = Counter(f.host for f in findings if f.rule == failed.code)
@@ -228,7 +246,7 @@ def _rule_failures(
             Outcome.FAIL if counts[snap.host] else Outcome.PASS,
             findings=counts[snap.host],
         )
-        for snap, _ctx, _off in hosts
+        for snap in (host.snap for host in hosts)
     ]
 
 

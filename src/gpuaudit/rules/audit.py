@@ -156,6 +156,12 @@ DRIVER_MODULE = section_need(
 _Verdict = tuple[Outcome, str, tuple[GpuOutcome, ...]]
 
 
+def quiet_key(rule: Rule) -> tuple[int, bool]:
+    """What a rule's verdict where it found nothing hangs on: its needs (one tuple for equal
+    lists, base.rule) and whether it judges GPUs."""
+    return id(rule.needs), rule.per_gpu
+
+
 class HostJudging:
     """What :func:`judge` works out about one host once, for every rule judged on it: the
     host's GPUs in index order, their outcomes where a rule found nothing on any of them, and
@@ -181,10 +187,10 @@ class HostJudging:
             known = self._missing[id(need)] = (need, need.missing(snap))
         return known[1]
 
-    def quiet(self, rule: Rule, snap: HostSnapshot) -> _Verdict:
+    def quiet(self, key: tuple[int, bool], rule: Rule, snap: HostSnapshot) -> _Verdict:
         """The verdict of a rule whose check found nothing and skipped nothing here: it hangs
-        only on the rule's needs and whether it judges GPUs, so rules alike share it."""
-        key = (id(rule.needs), rule.per_gpu)
+        only on the rule's needs and whether it judges GPUs, so rules alike share it (``key``:
+        :func:`quiet_key` of the rule)."""
         known = self._quiet.get(key)
         if known is None or known[0] is not rule.needs:
             unjudged = [
@@ -217,7 +223,7 @@ def judge(
         host = HostJudging(snap)
     if not results:
         # The common case, made short: the check found nothing and skipped nothing.
-        outcome, why, gpus = host.quiet(rule, snap)
+        outcome, why, gpus = host.quiet(quiet_key(rule), rule, snap)
         return RuleOutcome(rule.code, snap.host, outcome, why, 0, gpus, rule.per_gpu)
     findings = [r for r in results if isinstance(r, Finding)]
     skipped = [r for r in results if isinstance(r, NotEvaluated)]
