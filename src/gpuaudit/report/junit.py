@@ -125,7 +125,7 @@ def junit_chunks(register: Register, *, fail_on: str | None = None) -> Iterator[
     last = len(suites) - 1
     # Testcase names and the skipped elements of outcomes without findings repeat from host to
     # host: each is escaped once.
-    memo: dict[Any, str] = {}
+    memo: dict[Any, Any] = {}
     for number, suite in enumerate(suites):
         yield suite.text(stamp, fail_on, memo)
         yield "  </testsuite>\n" if number < last else "  </testsuite>\n</testsuites>\n"
@@ -155,13 +155,19 @@ class _Suite:
         self.cases = sorted(names)
         self.counts = {"failures": 0, "skipped": 0}
         for code in self.cases:
-            result = _result(per_rule.get(code, ()), outcomes.get(code), fail_on)
+            mine = per_rule.get(code)
+            outcome = outcomes.get(code)
+            if not mine:  # _result's common case, inline
+                if outcome is not None and outcome.outcome._value_ in _SKIPPED:
+                    self.counts["skipped"] += 1
+                continue
+            result = _result(mine, outcome, fail_on)
             if result:
                 self.counts[result] += 1
 
-    def text(self, stamp: str, fail_on: str | None, memo: dict[Any, str] | None = None) -> str:
-        """The suite's XML; ``memo`` keeps what is escaped once for every suite (the testcase
-        names, the skipped element of an outcome without findings)."""
+    def text(self, stamp: str, fail_on: str | None, memo: dict[Any, Any] | None = None) -> str:
+        """The suite's XML; ``memo`` keeps what is made once for every suite (each testcase's
+        escaped name, the skipped element of an outcome without findings)."""
         memo = {} if memo is None else memo
         host = _attr(self.host)
         failures, skipped = self.counts["failures"], self.counts["skipped"]
@@ -172,17 +178,19 @@ class _Suite:
         if not self.cases:
             return head + " />\n"
         parts = [head, ">\n"]
-        per_rule, outcomes = self.per_rule, self.outcomes
+        per_rule, outcomes, names = self.per_rule, self.outcomes, self.names
+        lead = f'    <testcase classname="{host}" name="'
         for code in self.cases:
-            title = f"{code} {self.names[code]}".strip()
-            name = memo.get(title)
-            if name is None:
-                name = memo[title] = _attr(title)
+            # (the rule's title, the testcase's escaped name) by rule code
+            known = memo.get(code)
+            if known is None or known[0] != names[code]:
+                known = memo[code] = (names[code], _attr(f"{code} {names[code]}".strip()))
+            name = known[1]
             findings = per_rule.get(code, ())
             outcome = outcomes.get(code)
             state = outcome.outcome._value_ if outcome is not None else None
             if not findings and state not in _SKIPPED:
-                parts.append(f'    <testcase classname="{host}" name="{name}" time="0" />\n')
+                parts.append(f'{lead}{name}" time="0" />\n')
                 continue
             if not findings and outcome is not None:
                 key = (state, outcome.reason)
@@ -192,7 +200,7 @@ class _Suite:
                 body = [element]
             else:
                 body = _testcase(findings, outcome, fail_on)
-            parts.append(f'    <testcase classname="{host}" name="{name}" time="0"')
+            parts.append(f'{lead}{name}" time="0"')
             if body:
                 parts.append(">\n")
                 parts.extend(f"      {element}\n" for element in body)
