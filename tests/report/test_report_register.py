@@ -217,3 +217,55 @@ def test_outcomes_per_host_with_reasons_and_gpus() -> None:
     assert reg["rules"]["GA304"] == "Title of GA304"  # the finding's title
     assert reg["rules"]["GA105"] == "Kernel log unreadable: XID history unknown"
     json.dumps(reg)
+
+
+def test_register_json_hosts_are_each_one_plain_dump() -> None:
+    """register.json turns each distinct outcome into JSON once and joins the texts: every
+    host's line is still exactly what dumping the host's entry gives, whether its outcomes
+    share one GPU list (as a host's passing rules do), carry their own, or say why in text
+    that JSON must escape."""
+    from gpuaudit.report.renderers import register_json
+
+    plain = (GpuOutcome(0, Outcome.PASS), GpuOutcome(1, Outcome.PASS))
+    other = (GpuOutcome(0, Outcome.PASS), GpuOutcome(1, Outcome.FAIL))
+    odd = 'quote " backslash \\ newline \n ≤ é \u2028'
+    outcomes = []
+    for host in ("h1", "h2", "h3"):
+        outcomes += [
+            RuleOutcome("GA103", host, Outcome.PASS, gpus=plain, per_gpu=True),
+            RuleOutcome("GA201", host, Outcome.PASS, gpus=plain, per_gpu=True),
+            RuleOutcome("GA105", host, Outcome.PASS),
+            # The same GPU outcomes in another tuple, and then another list of them.
+            RuleOutcome("GA303", host, Outcome.PASS, gpus=tuple(plain), per_gpu=True),
+            # Alike but for the GPUs judged.
+            RuleOutcome("GA306", host, Outcome.PASS, gpus=plain[:1], per_gpu=True),
+            RuleOutcome("GA304", host, Outcome.FAIL, findings=1, gpus=other, per_gpu=True),
+            # Equal but for GPUs a rule does not judge one by one: those are not written.
+            RuleOutcome("GA401", host, Outcome.PASS, gpus=other),
+            RuleOutcome("GA403", host, Outcome.NOT_EVALUATED, f"{host}: {odd}"),
+            RuleOutcome("GA602", host, Outcome.DISABLED, odd),
+        ]
+    outcomes.append(
+        RuleOutcome(
+            "GA305",
+            "h2",
+            Outcome.NOT_EVALUATED,
+            "GPU 1: " + odd,
+            gpus=(GpuOutcome(0, Outcome.PASS), GpuOutcome(1, Outcome.NOT_EVALUATED, odd)),
+            per_gpu=True,
+        )
+    )
+    hosts = [healthy_host("h1"), healthy_host("h2"), healthy_host("h3", gpus=0)]
+    register = build_register(hosts, [finding("GA304", host="h1")], outcomes=outcomes)
+    lines = register_json(register).split("\n")
+    start = lines.index(' "hosts": [')
+    written = [line.strip().rstrip(",") for line in lines[start + 1 : start + 4]]
+    assert written == [
+        json.dumps(h.to_dict(), ensure_ascii=False, allow_nan=False) for h in register.hosts
+    ]
+    assert json.loads(register_json(register)) == register.to_dict()
+    h2 = json.loads(written[1])["outcomes"]
+    assert h2["GA305"]["gpu_reasons"] == {"1": odd}
+    assert h2["GA401"] == {"outcome": "pass"}
+    assert h2["GA303"] == h2["GA103"] == {"outcome": "pass", "gpus": {"pass": [0, 1]}}
+    assert h2["GA306"] == {"outcome": "pass", "gpus": {"pass": [0]}}
