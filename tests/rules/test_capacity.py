@@ -33,6 +33,26 @@ def test_summary_per_precision_on_one_gpu_and_the_host(make_host, make_gpu, find
     assert "All 8 whole GPU(s)" in f.message and "2.0 GiB of KV cache" in f.message
 
 
+def test_summary_of_hosts_alike_is_made_once_and_owned_by_each(make_host, make_gpu):
+    """Hosts alike get the same summary, made once; each finding owns its evidence."""
+    from gpuaudit.rules import assess
+    from gpuaudit.rules.capacity import _fits
+
+    _fits.cache_clear()
+    fleet = [hgx(make_host, make_gpu, host=f"gpu-{n:02d}") for n in range(6)]
+    fleet.append(hgx(make_host, make_gpu, count=4, host="gpu-four"))
+    summaries = [f for f in assess(fleet).findings if f.rule == "GA801"]
+    assert _fits.cache_info().misses == 2
+    by_host = {f.host: f for f in summaries}
+    assert len(by_host) == 7
+    first, second = by_host["gpu-00"], by_host["gpu-01"]
+    assert first.message == second.message and first.evidence == second.evidence
+    assert first.evidence.actual is not second.evidence.actual
+    assert first.evidence.actual["fp16"]["gpu"] is not second.evidence.actual["fp16"]["gpu"]
+    assert "All 4 whole GPU(s)" in by_host["gpu-four"].message
+    assert "All 8 whole GPU(s)" in first.message
+
+
 def test_summary_follows_policy_sizes_precisions_and_headroom(make_host, make_gpu, findings):
     policy = {
         "capacity_model_sizes_b": [1, 3],

@@ -14,6 +14,7 @@ sizes are quoted; GPU memory is reported in MiB, and the findings show GiB.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -149,10 +150,36 @@ def capacity_summary(rule: Rule, snap: HostSnapshot, ctx: RuleContext) -> Iterab
     memory = host_memory(snap, float(policy["memory_headroom_pct"]))
     if memory is None:
         return
-    kv = float(policy["capacity_kv_cache_gib"]) * GIB
-    sizes = sorted(float(s) for s in policy["capacity_model_sizes_b"])
+    message, actual, expected = _fits(
+        memory,
+        float(policy["capacity_kv_cache_gib"]) * GIB,
+        tuple(sorted(float(s) for s in policy["capacity_model_sizes_b"])),
+        tuple(_precisions(policy).items()),
+    )
+    yield rule.finding(
+        snap,
+        message,
+        Evidence(
+            fact="gpus[].memory_total_mib",
+            # Copies: the text is made once for hosts alike, each finding owns its evidence.
+            actual={p: {w: list(v) for w, v in f.items()} for p, f in actual.items()},
+            expected=dict(expected),
+            excerpt="",
+        ),
+    )
+
+
+@functools.lru_cache(maxsize=256)
+def _fits(
+    memory: Memory,
+    kv: float,
+    sizes: tuple[float, ...],
+    precisions: tuple[tuple[str, float], ...],
+) -> tuple[str, dict[str, dict[str, list[str]]], dict[str, float]]:
+    """GA801's message and evidence for a host's usable memory: the same for every host of
+    a kind (a fleet has few), so made once for each."""
     fits: dict[str, dict[str, list[float]]] = {}
-    for precision, per_param in _precisions(policy).items():
+    for precision, per_param in precisions:
         models = [Model(f"{s:g}B", s, precision, per_param, kv) for s in sizes]
         fits[precision] = {
             where: [m.params_b for m in models if m.needed_bytes <= memory.usable(where)]
@@ -165,23 +192,19 @@ def capacity_summary(rule: Rule, snap: HostSnapshot, ctx: RuleContext) -> Iterab
             for p, f in fits.items()
         )
 
-    yield rule.finding(
-        snap,
+    message = (
         f"One {memory.unit_label}, {_gib(memory.unit_bytes)} usable at "
         f"{memory.headroom_pct:g} % headroom: {largest('gpu')}. All {memory.host_gpus} whole "
         f"GPU(s) of the host, {_gib(memory.host_bytes)} usable (tensor parallel): "
         f"{largest('host')}. Sizes {', '.join(f'{s:g}B' for s in sizes)}, each with "
-        f"{_gib(kv)} of KV cache.",
-        Evidence(
-            fact="gpus[].memory_total_mib",
-            actual={p: {w: [f"{s:g}B" for s in v] for w, v in f.items()} for p, f in fits.items()},
-            expected={
-                "usable_gib_one_gpu": round(memory.unit_bytes / GIB, 1),
-                "usable_gib_host": round(memory.host_bytes / GIB, 1),
-            },
-            excerpt="",
-        ),
+        f"{_gib(kv)} of KV cache."
     )
+    actual = {p: {w: [f"{s:g}B" for s in v] for w, v in f.items()} for p, f in fits.items()}
+    expected = {
+        "usable_gib_one_gpu": round(memory.unit_bytes / GIB, 1),
+        "usable_gib_host": round(memory.host_bytes / GIB, 1),
+    }
+    return message, actual, expected
 
 
 @rule(
