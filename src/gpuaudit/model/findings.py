@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from enum import Enum
-from typing import Any
+from typing import Any, NamedTuple
 
 
 class Severity(str, Enum):
@@ -173,10 +173,13 @@ class GpuOutcome:
     reason: str = ""
 
 
-@dataclass(frozen=True, slots=True)
-class RuleOutcome:
+class RuleOutcome(NamedTuple):
     """One rule's outcome on one host: why when it was not evaluated or is disabled, how many
     findings when it failed, and the outcome per GPU for rules that judge GPUs one by one.
+
+    A named tuple, immutable like the other model types: the rules make one for every rule on
+    every host (760,000 for 10,000 hosts), and a tuple is made in a third of the time a frozen
+    dataclass takes.
 
     As JSON (register.json), compact for fleets of thousands of 8-GPU hosts: ``gpus`` maps each
     outcome to the GPU indexes that had it, ``gpu_reasons`` says why per GPU where there is a
