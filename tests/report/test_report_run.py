@@ -114,6 +114,46 @@ def test_corrupt_snapshot_becomes_collection_failed_host(tmp_path: Path) -> None
     assert snapshots["truncated"].sections["snapshot_file"].stdout.startswith('{"host"')
 
 
+def test_snapshots_load_and_the_report_is_built_with_the_cycle_collector_paused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Loading and building make a fleet's objects without the cyclic collector walking them
+    each pass; it runs again after, also when loading fails, and a caller's pause is kept."""
+    import gc
+
+    run = RunDir(tmp_path)
+    run.write_snapshot(healthy_host("good"))
+    seen: list[bool] = []
+    real = run_module.load_snapshot_file
+
+    def load(path: Path) -> HostSnapshot:
+        seen.append(gc.isenabled())
+        return real(path)
+
+    monkeypatch.setattr(run_module, "load_snapshot_file", load)
+    assert gc.isenabled()
+    run.load_snapshots()
+    assert seen == [False] and gc.isenabled()
+    seen.clear()
+    rebuild(run)  # loads, then builds
+    assert seen == [False] and gc.isenabled()
+
+    def broken(path: Path) -> HostSnapshot:
+        raise OSError("disk gone")
+
+    monkeypatch.setattr(run_module, "load_snapshot_file", broken)
+    with pytest.raises(OSError):
+        run.load_snapshots()
+    assert gc.isenabled()
+    gc.disable()
+    try:
+        monkeypatch.setattr(run_module, "load_snapshot_file", load)
+        run.load_snapshots()
+        assert not gc.isenabled()  # the caller's pause is the caller's to end
+    finally:
+        gc.enable()
+
+
 def test_unreadable_file_becomes_collection_failed_host(tmp_path: Path) -> None:
     path = tmp_path / "dir-not-file.json"
     path.mkdir()

@@ -37,6 +37,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from gpuaudit.model.snapshot import HostSnapshot, HostStatus, Section
+from gpuaudit.report.cycles import cycle_collection_paused
 from gpuaudit.report.layout import HTML_FILE, PAGE_DIR, REGISTER_FILE, utc_now_iso
 from gpuaudit.report.provenance import PROVENANCE_FILE
 
@@ -204,8 +205,12 @@ class RunDir:
         )
 
     def load_snapshots(self) -> list[HostSnapshot]:
-        """Read every snapshot; an unreadable one becomes a COLLECTION_FAILED host, not an error."""
-        return [self._remembered(p) or load_snapshot_file(p) for p in self.snapshot_files()]
+        """Read every snapshot; an unreadable one becomes a COLLECTION_FAILED host, not an error.
+
+        The cyclic garbage collector is paused meanwhile (cycles.py): snapshots are trees, and
+        its passes over the growing fleet would only walk them."""
+        with cycle_collection_paused():
+            return [self._remembered(p) or load_snapshot_file(p) for p in self.snapshot_files()]
 
     def _remembered(self, path: Path) -> HostSnapshot | None:
         kept = self._written.get(path) if self._written is not None else None
