@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from gpuaudit.model.snapshot import Gpu, HostSnapshot, Package, Service
@@ -123,7 +123,8 @@ def nvswitch_reason(snap: HostSnapshot, policy: Mapping[str, Any]) -> str | None
     if any(e.kind == "sxid" for e in snap.xid_events):
         return "the kernel log has NVSwitch SXid lines"
     min_gpus = int(policy.get("nvswitch_min_gpus", 8))
-    sxm = [g for g in snap.gpus if is_sxm_board_gpu(g, policy)]
+    sxm_board = sxm_board_matcher(policy)
+    sxm = [g for g in snap.gpus if sxm_board(g)]
     if len(sxm) >= min_gpus:
         return f"{len(sxm)} × {sxm[0].name} (an NVSwitch baseboard model)"
     linked = _all_to_all_nvlink_gpus(snap)
@@ -138,10 +139,19 @@ def is_sxm_board_gpu(gpu: Gpu, policy: Mapping[str, Any]) -> bool:
     By name: one of ``nvswitch_gpu_name_patterns`` and none of
     ``nvswitch_gpu_name_exclusions`` (the PCIe and NVL cards of the same models).
     """
-    name = (gpu.name or "").lower()
+    return sxm_board_matcher(policy)(gpu)
+
+
+def sxm_board_matcher(policy: Mapping[str, Any]) -> Callable[[Gpu], bool]:
+    """:func:`is_sxm_board_gpu` under ``policy``, its name patterns read once for many GPUs."""
     patterns = [str(p).lower() for p in policy.get("nvswitch_gpu_name_patterns", ())]
     exclusions = [str(p).lower() for p in policy.get("nvswitch_gpu_name_exclusions", ())]
-    return any(p in name for p in patterns) and not any(x in name for x in exclusions)
+
+    def matches(gpu: Gpu) -> bool:
+        name = (gpu.name or "").lower()
+        return any(p in name for p in patterns) and not any(x in name for x in exclusions)
+
+    return matches
 
 
 def _all_to_all_nvlink_gpus(snap: HostSnapshot) -> int:
