@@ -176,6 +176,8 @@ def rebuild(
 
         if (run.path / POLICY_FILE).is_file():
             policy = load_policy(run.path / POLICY_FILE)
-    return write_report(
-        run, run.load_snapshots(), policy=policy, previous=previous, fail_on=fail_on
-    )
+    # One pause for loading and building: resumed between them, the collector's next pass
+    # would walk every object the load made.
+    with cycle_collection_paused():
+        snapshots = run.load_snapshots()
+        return write_report(run, snapshots, policy=policy, previous=previous, fail_on=fail_on)
