@@ -106,3 +106,42 @@ def test_info_findings_never_fail_even_without_a_threshold() -> None:
     assert cases["GA304"].find("failure") is not None
     assert cases["GA303"].get("name") == "GA303 Uncorrectable ECC errors"  # the catalogue's title
     assert (root.get("tests"), root.get("failures"), root.get("skipped")) == ("3", "1", "0")
+
+
+def test_testcases_alike_share_text_and_each_host_keeps_its_own_reason() -> None:
+    """Testcases without findings are made once per distinct text: each host still gets its
+    own reasons, its own findings and its own name in every testcase."""
+    hosts = ["h1", "h2", "h3", 'h"<4']
+    reasons = {"h1": "no Slurm here", "h2": "no Slurm here", "h3": "the sysctl section failed"}
+    findings = [finding("GA304", Severity.HIGH, "h3")]
+    outcomes = []
+    for host in hosts:
+        outcomes.append(RuleOutcome("GA303", host, Outcome.PASS))
+        why = reasons.get(host, "the host was not audited (unreachable)")
+        outcomes.append(RuleOutcome("GA602", host, Outcome.NOT_EVALUATED, why))
+        failed = host == "h3"
+        outcomes.append(
+            RuleOutcome("GA304", host, Outcome.FAIL if failed else Outcome.PASS, findings=failed)
+        )
+    register = build_register(
+        [healthy_host(h) for h in hosts], findings, generated_at=GENERATED_AT, outcomes=outcomes
+    )
+    root = ET.fromstring(render_junit(register))
+    assert (root.get("tests"), root.get("failures"), root.get("skipped")) == ("12", "1", "4")
+    suites = {s.get("name"): s for s in root.findall("testsuite")}
+    assert list(suites) == sorted(hosts)
+    for host in hosts:
+        cases = {c.get("name", "").split()[0]: c for c in suites[host].findall("testcase")}
+        assert {c.get("classname") for c in cases.values()} == {host}
+        skipped = cases["GA602"].find("skipped")
+        assert skipped is not None
+        why = reasons.get(host, "the host was not audited (unreachable)")
+        assert (skipped.get("message"), skipped.text) == (f"not evaluated: {why}", why)
+        assert cases["GA303"].find("skipped") is None and cases["GA303"].find("failure") is None
+        failure = cases["GA304"].find("failure")
+        assert (failure is not None) == (host == "h3"), host
+        assert suites[host].get("failures") == ("1" if host == "h3" else "0")
+        assert suites[host].get("skipped") == "1"
+    # Hosts alike read alike but for their names.
+    texts = [ET.tostring(suites[h]).decode().replace(h, "HOST") for h in ("h1", "h2")]
+    assert texts[0] == texts[1]

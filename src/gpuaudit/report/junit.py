@@ -104,15 +104,17 @@ def junit_chunks(register: Register, *, fail_on: str | None = None) -> Iterator[
     outcomes = {h.name: {o.rule: o for o in h.outcomes} for h in register.hosts}
     hosts = sorted(set(outcomes) | set(by_host))
     stamp = _attr(register.generated_at.removesuffix("Z"))
+    # Testcase texts repeat from host to host: each distinct one is made once (_Suite).
+    memo: dict[Any, str] = {}
     suites = [
-        _Suite(host, by_host.get(host, []), outcomes.get(host, {}), register.rules, fail_on)
+        _Suite(host, by_host.get(host, []), outcomes.get(host, {}), register.rules, fail_on, memo)
         for host in hosts
     ]
     totals = {"tests": 0, "failures": 0, "skipped": 0}
     for suite in suites:
-        totals["tests"] += len(suite.cases)
-        totals["failures"] += suite.counts["failures"]
-        totals["skipped"] += suite.counts["skipped"]
+        totals["tests"] += len(suite.pieces)
+        totals["failures"] += suite.failures
+        totals["skipped"] += suite.skipped
     root = (
         f'<testsuites name="gpuaudit" tests="{totals["tests"]}" '
         f'failures="{totals["failures"]}" skipped="{totals["skipped"]}" errors="0" time="0"'
@@ -123,19 +125,21 @@ def junit_chunks(register: Register, *, fail_on: str | None = None) -> Iterator[
         return
     yield root + ">\n"
     last = len(suites) - 1
-    # Testcase names and the skipped elements of outcomes without findings repeat from host to
-    # host: each is escaped once.
-    memo: dict[Any, Any] = {}
     for number, suite in enumerate(suites):
-        yield suite.text(stamp, fail_on, memo)
+        yield suite.text(stamp)
         yield "  </testsuite>\n" if number < last else "  </testsuite>\n</testsuites>\n"
     # xml.etree ends the root element without a newline; the file adds one, as before.
 
 
 class _Suite:
-    """One host's testsuite: its testcases, classified (counted) before any is written."""
+    """One host's testsuite: its testcases classified (counted) and made, before any suite is
+    written (the root element carries the totals).
 
-    __slots__ = ("cases", "counts", "host", "names", "outcomes", "per_rule")
+    Each testcase is kept as what follows its host's name (``classname``): the text of a
+    testcase without findings repeats from host to host (the passing ones, and the skipped
+    ones of outcomes alike), so it is made once for the whole file (``memo``)."""
+
+    __slots__ = ("failures", "host", "pieces", "skipped")
 
     def __init__(
         self,
@@ -144,70 +148,63 @@ class _Suite:
         outcomes: Mapping[str, RuleOutcome],
         titles: Mapping[str, str],
         fail_on: str | None,
+        memo: dict[Any, str],
     ) -> None:
-        self.host, self.outcomes = host, outcomes
+        self.host = host
         per_rule: dict[str, list[RegisterFinding]] = {}
-        names = {code: str(titles.get(code) or "") for code in outcomes}
+        extra: dict[str, str] = {}
         for finding in findings:
-            names.setdefault(finding.rule, finding.finding.title)
+            if finding.rule not in outcomes and finding.rule not in extra:
+                extra[finding.rule] = finding.finding.title
             per_rule.setdefault(finding.rule, []).append(finding)
-        self.per_rule, self.names = per_rule, names
-        self.cases = sorted(names)
-        self.counts = {"failures": 0, "skipped": 0}
-        for code in self.cases:
-            mine = per_rule.get(code)
+        cases = sorted([*outcomes, *extra]) if extra else sorted(outcomes)
+        failures = skipped = 0
+        pieces: list[str] = []
+        add = pieces.append
+        for code in cases:
             outcome = outcomes.get(code)
-            if not mine:  # _result's common case, inline
-                if outcome is not None and outcome.outcome._value_ in _SKIPPED:
-                    self.counts["skipped"] += 1
+            name = str(titles.get(code) or "") if outcome is not None else extra[code]
+            mine = per_rule.get(code)
+            if mine is None:  # the common case: one text for every host alike
+                state = outcome.outcome._value_ if outcome is not None else None
+                if state in _SKIPPED:
+                    skipped += 1
+                    key: Any = (code, name, state, outcome.reason)  # type: ignore[union-attr]
+                else:
+                    key = (code, name)
+                piece = memo.get(key)
+                if piece is None:
+                    piece = memo[key] = _case(code, name, _testcase((), outcome, fail_on))
+                add(piece)
                 continue
             result = _result(mine, outcome, fail_on)
-            if result:
-                self.counts[result] += 1
+            if result == "failures":
+                failures += 1
+            elif result == "skipped":
+                skipped += 1
+            add(_case(code, name, _testcase(mine, outcome, fail_on)))
+        self.pieces, self.failures, self.skipped = pieces, failures, skipped
 
-    def text(self, stamp: str, fail_on: str | None, memo: dict[Any, Any] | None = None) -> str:
-        """The suite's XML; ``memo`` keeps what is made once for every suite (each testcase's
-        escaped name, the skipped element of an outcome without findings)."""
-        memo = {} if memo is None else memo
+    def text(self, stamp: str) -> str:
+        """The suite's XML, without its closing tag."""
         host = _attr(self.host)
-        failures, skipped = self.counts["failures"], self.counts["skipped"]
         head = (
-            f'  <testsuite name="{host}" tests="{len(self.cases)}" failures="{failures}" '
-            f'errors="0" skipped="{skipped}" time="0" timestamp="{stamp}"'
+            f'  <testsuite name="{host}" tests="{len(self.pieces)}" failures="{self.failures}" '
+            f'errors="0" skipped="{self.skipped}" time="0" timestamp="{stamp}"'
         )
-        if not self.cases:
+        if not self.pieces:
             return head + " />\n"
-        parts = [head, ">\n"]
-        per_rule, outcomes, names = self.per_rule, self.outcomes, self.names
-        lead = f'    <testcase classname="{host}" name="'
-        for code in self.cases:
-            # (the rule's title, the testcase's escaped name) by rule code
-            known = memo.get(code)
-            if known is None or known[0] != names[code]:
-                known = memo[code] = (names[code], _attr(f"{code} {names[code]}".strip()))
-            name = known[1]
-            findings = per_rule.get(code, ())
-            outcome = outcomes.get(code)
-            state = outcome.outcome._value_ if outcome is not None else None
-            if not findings and state not in _SKIPPED:
-                parts.append(f'{lead}{name}" time="0" />\n')
-                continue
-            if not findings and outcome is not None:
-                key = (state, outcome.reason)
-                element = memo.get(key)
-                if element is None:
-                    element = memo[key] = _testcase((), outcome, fail_on)[0]
-                body = [element]
-            else:
-                body = _testcase(findings, outcome, fail_on)
-            parts.append(f'{lead}{name}" time="0"')
-            if body:
-                parts.append(">\n")
-                parts.extend(f"      {element}\n" for element in body)
-                parts.append("    </testcase>\n")
-            else:
-                parts.append(" />\n")
-        return "".join(parts)
+        lead = f'    <testcase classname="{host}'
+        return "".join((head, ">\n", lead, lead.join(self.pieces)))
+
+
+def _case(code: str, name: str, body: Sequence[str]) -> str:
+    """A testcase's text after its ``classname`` value: its name, then its elements."""
+    head = f'" name="{_attr(f"{code} {name}".strip())}" time="0"'
+    if not body:
+        return head + " />\n"
+    inner = "".join(f"      {element}\n" for element in body)
+    return f"{head}>\n{inner}    </testcase>\n"
 
 
 def _split(
@@ -297,4 +294,11 @@ def _describe(finding: Finding) -> str:
 
 def _jsonish(value: Any) -> Any:
     """A value as register.json shows it (tuples as lists), so both read alike."""
+    if value is None or type(value) in _PLAIN:  # JSON gives these back as they are
+        return value
     return json.loads(json.dumps(value, default=str))
+
+
+# Types whose values come back from a trip through JSON equal and of the same type (not
+# float: NaN and the infinities do not).
+_PLAIN = frozenset((str, int, bool))
