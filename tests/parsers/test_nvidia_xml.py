@@ -7,6 +7,7 @@ import pytest
 from gpuaudit.parsers import nvidia_xml
 from gpuaudit.parsers.errors import ParseError
 from gpuaudit.parsers.nvidia_xml import parse_float, parse_int, parse_nvidia_smi_xml
+from gpuaudit.parsers.warnings import collecting
 
 FIXTURES = Path(__file__).parents[1] / "fixtures"
 XML = FIXTURES / "nvidia-smi-xml"
@@ -249,3 +250,45 @@ def test_parse_int(raw: str | None, expected: int | None) -> None:
 )
 def test_parse_float(raw: str, expected: float | None) -> None:
     assert parse_float(raw) == expected
+
+
+def _parsed_with_warnings(text: str) -> tuple[object, list[object]]:
+    with collecting() as warnings:
+        log = parse_nvidia_smi_xml(text)
+    return log, list(warnings)
+
+
+@pytest.mark.parametrize("path", ALL_XML, ids=lambda p: p.name)
+def test_leaving_the_unread_blocks_out_reads_every_capture_alike(
+    path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The supported clocks nothing reads are left out before parsing: the GPUs and the
+    warnings are those of the whole document."""
+    text = path.read_text(encoding="utf-8")
+    short = _parsed_with_warnings(text)
+    monkeypatch.setattr(nvidia_xml, "_UNREAD_BLOCKS", ())
+    assert short == _parsed_with_warnings(text)
+
+
+def test_the_cut_leaves_out_most_of_a_gpu_entry() -> None:
+    text = read("telegraf-rtx3090-driver525-v12.xml")
+    shorter = nvidia_xml._without_blocks(text)
+    assert "<supported_clocks>" in text and "supported_clocks" not in shorter
+    assert len(shorter) < len(text) / 4
+    # Nothing to leave out: the text itself, not a copy.
+    plain = read("telegraf-gtx1070ti-minimal.xml")
+    assert "<supported_clocks>" not in plain
+    assert nvidia_xml._without_blocks(plain) is plain
+
+
+def test_a_cut_that_breaks_the_document_falls_back_to_the_whole_text() -> None:
+    """Where the cut would change what the document says (here the opening tag is inside a
+    comment), the document is read as printed, not refused."""
+    whole = read("telegraf-tesla-t4-driver515.xml")
+    text = whole.replace("<nvidia_smi_log>", "<nvidia_smi_log><!-- <supported_clocks> -->", 1)
+    assert "<!-- <supported_clocks> -->" in text
+    assert parse_nvidia_smi_xml(text) == parse_nvidia_smi_xml(whole)
+    # A block left open (output cut short inside it) is an error, as before.
+    cut = whole[: whole.index("</supported_clocks>")]
+    with pytest.raises(ParseError, match="malformed or truncated"):
+        parse_nvidia_smi_xml(cut)

@@ -188,7 +188,7 @@ def _parse_root(text: str) -> tuple[Element, str]:
     end = len(text) if end < start else end + len(_END)
     outside = text[:start] + "\n" + text[end:]
     try:
-        root = _safe_fromstring(text[start:end])
+        root = _fromstring_unread_left_out(text[start:end])
     except DefusedXmlException as exc:
         # nvidia-smi never declares entities: such output is refused whole, nothing expanded.
         raise ParseError(WHAT, f"refused unsafe XML, nothing expanded: {exc}", text) from exc
@@ -201,6 +201,41 @@ def _parse_root(text: str) -> tuple[Element, str]:
 
 
 _ENTITY_DECLARATION = "<!ENTITY"
+# Elements nothing reads that are most of what nvidia-smi prints: each GPU's table of supported
+# clock pairs is half to four fifths of its entry.
+_UNREAD_BLOCKS = (("<supported_clocks>", "</supported_clocks>"),)
+
+
+def _fromstring_unread_left_out(document: str) -> Element:
+    """The document's root, parsed without the blocks nothing reads (_UNREAD_BLOCKS, each in
+    _IGNORED); the text as printed when that does not parse, so that an error, or any
+    document the cut would change the meaning of, is judged on what the host printed."""
+    shorter = _without_blocks(document)
+    if shorter is not document:
+        try:
+            return _safe_fromstring(shorter)
+        except (DefusedXmlException, XmlSyntaxError):
+            pass
+    return _safe_fromstring(document)
+
+
+def _without_blocks(document: str) -> str:
+    """``document`` without each complete _UNREAD_BLOCKS element (``document`` itself when it
+    has none)."""
+    for opening, closing in _UNREAD_BLOCKS:
+        if opening not in document:
+            continue
+        kept: list[str] = []
+        position = 0
+        while (begin := document.find(opening, position)) >= 0:
+            finish = document.find(closing, begin)
+            if finish < 0:
+                break
+            kept.append(document[position:begin])
+            position = finish + len(closing)
+        kept.append(document[position:])
+        document = "".join(kept)
+    return document
 
 
 def _safe_fromstring(document: str) -> Element:
