@@ -113,8 +113,12 @@ def host_data_for_snapshot(h: Host) -> dict[str, Any]:
     file holds it so, and the register judges the same value whether it is made now or rebuilt
     from the file."""
     keys = (*HOST_DATA_KEYS, *policy_keys())
+    # The data's layers merged once, as pyinfra reads them (the first that has a key wins):
+    # asked key by key, each of some sixty keys, mostly unset, went through every layer and
+    # raised an exception in each.
+    merged = h.data.dict()
     data: dict[str, Any] = {
-        key: as_given_json(value) for key in keys if (value := h.data.get(key)) is not None
+        key: as_given_json(value) for key in keys if (value := merged.get(key)) is not None
     }
     data["groups"] = sorted(g for g in h.groups if g != "all")
     return data

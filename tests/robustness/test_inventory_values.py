@@ -13,6 +13,7 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
+from pyinfra.api.host import HostData
 
 import gpuaudit.rules
 from gpuaudit.deploy import host_data_for_snapshot
@@ -22,12 +23,9 @@ from gpuaudit.report.run import RunDir, load_snapshot_file
 EXAMPLE_HOSTS = Path(__file__).resolve().parents[2] / "reports" / "example" / "hosts"
 
 
-class _Data:
-    def __init__(self, values: dict[str, Any]) -> None:
-        self._values = values
-
-    def get(self, key: str, default: Any = None) -> Any:
-        return self._values.get(key, default)
+def _Data(*layers: dict[str, Any]) -> HostData:
+    """pyinfra's own host data over ``layers``, the first winning (host, then its groups)."""
+    return HostData("inventory-host", *layers)
 
 
 INVENTORY = {
@@ -67,6 +65,21 @@ def test_a_hosts_inventory_data_is_kept_as_json_gives_it_back() -> None:
     assert data["groups"] == ["h100_sxm"]
     to_json_text(data)  # writable: no set, no NaN
     assert not any(isinstance(v, float) and math.isnan(v) for v in data.values())
+
+
+def test_the_data_layers_are_read_as_pyinfra_reads_them() -> None:
+    """The host's own data wins over its groups', and a key the host sets to None is unset
+    there whatever a group says, as pyinfra's host.data gives them."""
+    own = {"expected_gpu_count": 4, "ssh_user": "audit", "site": None}
+    group = {"expected_gpu_count": 8, "disabled_rules": ["GA106"], "site": "eu-1"}
+    layers = _Data(own, group)
+    host = SimpleNamespace(data=layers, groups=["all", "gpu", "h100"])
+    data = host_data_for_snapshot(host)  # type: ignore[arg-type]
+    assert data["expected_gpu_count"] == layers.get("expected_gpu_count") == 4
+    assert data["disabled_rules"] == ["GA106"]
+    assert "site" not in data and layers.get("site") is None
+    assert "ssh_user" not in data  # a connection setting, not audit data
+    assert data["groups"] == ["gpu", "h100"]
 
 
 def test_the_register_judges_the_same_values_before_and_after_a_rebuild(tmp_path: Path) -> None:
