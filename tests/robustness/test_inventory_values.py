@@ -10,10 +10,10 @@ import dataclasses
 import math
 from pathlib import Path
 from types import SimpleNamespace
-from typing import Any
+from typing import Any, cast
 
 import pytest
-from pyinfra.api.host import HostData
+from pyinfra.api.host import Host, HostData
 
 import gpuaudit.rules
 from gpuaudit.deploy import host_data_for_snapshot
@@ -24,8 +24,9 @@ EXAMPLE_HOSTS = Path(__file__).resolve().parents[2] / "reports" / "example" / "h
 
 
 def _Data(*layers: dict[str, Any]) -> HostData:
-    """pyinfra's own host data over ``layers``, the first winning (host, then its groups)."""
-    return HostData("inventory-host", *layers)
+    """pyinfra's own host data over ``layers``, the first winning (host, then its groups); its
+    host is only named in pyinfra's error for a key no layer has."""
+    return HostData(cast(Host, "inventory-host"), *layers)
 
 
 INVENTORY = {
