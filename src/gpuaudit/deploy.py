@@ -113,10 +113,11 @@ def host_data_for_snapshot(h: Host) -> dict[str, Any]:
     file holds it so, and the register judges the same value whether it is made now or rebuilt
     from the file."""
     keys = (*HOST_DATA_KEYS, *policy_keys())
-    # The data's layers merged once, as pyinfra reads them (the first that has a key wins):
+    # pyinfra's data layers merged once, as it reads them (the first that has a key wins):
     # asked key by key, each of some sixty keys, mostly unset, went through every layer and
-    # raised an exception in each.
-    merged = h.data.dict()
+    # raised an exception in each. Data that is a plain mapping is read as it is.
+    merge = getattr(h.data, "dict", None)
+    merged = merge() if callable(merge) else h.data
     data: dict[str, Any] = {
         key: as_given_json(value) for key in keys if (value := merged.get(key)) is not None
     }
