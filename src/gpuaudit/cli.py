@@ -55,10 +55,12 @@ if TYPE_CHECKING:
 # time.
 
 
-def _report_from_bundles(args: argparse.Namespace, policy: Policy | None) -> Path:
+def _report_from_bundles(
+    args: argparse.Namespace, policy: Policy | None
+) -> tuple[RunDir, Register]:
     from gpuaudit.kubeview import copy_into
     from gpuaudit.offline import bundle_dir_files, check_unique_hosts, store_snapshots
-    from gpuaudit.pipeline import write_report
+    from gpuaudit.pipeline import ReportRequest, write_request
     from gpuaudit.report.provenance import bundle_scope, record_provenance
 
     paths = bundle_dir_files(args.bundle_dir) if args.bundle_dir else list(map(Path, args.bundle))
@@ -71,14 +73,15 @@ def _report_from_bundles(args: argparse.Namespace, policy: Policy | None) -> Pat
     record_provenance(run.path, bundle_scope(paths, args.bundle_dir), policy)
     if args.kube_nodes:
         copy_into(run.path, args.kube_nodes)
-    return write_report(
-        run, run.load_snapshots(), previous=args.previous, policy=policy, fail_on=args.fail_on
+    request = ReportRequest(
+        run.load_snapshots(), previous=args.previous, policy=policy, fail_on=args.fail_on
     )
+    return run, write_request(run, request)
 
 
 def cmd_report(args: argparse.Namespace) -> int:
     from gpuaudit.kubeview import copy_into
-    from gpuaudit.pipeline import rebuild
+    from gpuaudit.pipeline import rebuild_register
 
     if [bool(args.bundle), bool(args.bundle_dir), bool(args.run_dir)].count(True) != 1:
         print(
@@ -91,15 +94,16 @@ def cmd_report(args: argparse.Namespace) -> int:
         return 2
     try:
         if args.bundle or args.bundle_dir:
-            index = _report_from_bundles(args, policy)
+            run, register = _report_from_bundles(args, policy)
         else:
             # The run keeps the policy its register was judged by: a new one replaces the copy.
             if policy is not None and Path(args.run_dir, "hosts").is_dir():
                 policy.copy_to(args.run_dir)
             if args.kube_nodes and Path(args.run_dir, "hosts").is_dir():
                 copy_into(args.run_dir, args.kube_nodes)  # kept: later rebuilds use it too
-            index = rebuild(
-                Path(args.run_dir), previous=args.previous, policy=policy, fail_on=args.fail_on
+            run = RunDir(args.run_dir)
+            register = rebuild_register(
+                run, previous=args.previous, policy=policy, fail_on=args.fail_on
             )
     except FileNotFoundError as error:
         print(f"gpuaudit: {error}", file=sys.stderr)
@@ -110,8 +114,7 @@ def cmd_report(args: argparse.Namespace) -> int:
     except ValueError as error:  # also a --kube-nodes file that holds no node list
         print(f"gpuaudit: {error}", file=sys.stderr)
         return 2
-    run = RunDir(index.parent)
-    register = run.load_register(outcomes=False)  # what the summary and the gate read
+    # The register just written, not register.json read back: the same summary and gate.
     print_summary(register, run)
     return fail_gate(register, args.fail_on)
 

@@ -129,12 +129,20 @@ def write_report(
     report never holds all its outputs in memory at once.
     """
     request = ReportRequest(snapshots, findings, policy, generated_at, previous, fail_on)
+    write_request(run, request)
+    return run.html_path
+
+
+def write_request(run: RunDir, request: ReportRequest) -> Register:
+    """:func:`write_report` for a request; the register written, for what reads it next in the
+    same process (the terminal summary, the ``--fail-on`` gate) without reading register.json
+    back."""
     with cycle_collection_paused():
         register = assemble_register(run, request)
         # One file at a time: each is written to its temporary name before the next is made.
         files = render_files(register, request.snapshots, fail_on=request.fail_on)
         run.store_files(_with_trend_basis(run, request.snapshots, files))
-    return run.html_path
+    return register
 
 
 def _with_trend_basis(
@@ -160,13 +168,26 @@ def rebuild(
     previous: str | os.PathLike[str] | None = None,
     fail_on: str | None = None,
 ) -> Path:
-    """Rebuild register.json and index.html from the run's snapshots (``gpuaudit report``).
+    """Rebuild register.json and index.html from the run's snapshots (``gpuaudit report``);
+    return index.html.
 
     Without ``policy`` the run's own copy (policy.yaml, written by the audit) is used, so a
     rebuilt register judges the hosts as the audit did; a copy that no longer loads raises
     PolicyError (a ValueError).
     """
     run = run_dir if isinstance(run_dir, RunDir) else RunDir(run_dir)
+    rebuild_register(run, policy=policy, previous=previous, fail_on=fail_on)
+    return run.html_path
+
+
+def rebuild_register(
+    run: RunDir,
+    *,
+    policy: Policy | Mapping[str, Any] | None = None,
+    previous: str | os.PathLike[str] | None = None,
+    fail_on: str | None = None,
+) -> Register:
+    """:func:`rebuild`; the register written (:func:`write_request`)."""
     if not run.path.is_dir():
         raise FileNotFoundError(f"run directory {run.path} does not exist")
     if not run.hosts_dir.is_dir():
@@ -180,4 +201,5 @@ def rebuild(
     # would walk every object the load made.
     with cycle_collection_paused():
         snapshots = run.load_snapshots()
-        return write_report(run, snapshots, policy=policy, previous=previous, fail_on=fail_on)
+        request = ReportRequest(snapshots, policy=policy, previous=previous, fail_on=fail_on)
+        return write_request(run, request)

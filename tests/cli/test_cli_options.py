@@ -182,3 +182,38 @@ def test_explain_shows_the_risk_of_a_run(
     assert "gpu-a" in out and "gpu-b" in out and "could not be reached" in out
     assert main(["explain", "GA001:nothing", str(run.path)]) == 1
     assert "no risk 'GA001:nothing' in" in capsys.readouterr().err
+
+
+def test_report_summarises_and_gates_on_the_register_it_wrote(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`gpuaudit report` prints and gates on the register it has just built, not on
+    register.json read back (a 10,000-host register is over 100 MiB): the same lines and the
+    same exit status as that file gives, waived and informational risks included."""
+    import shutil
+
+    from gpuaudit.audit_run import fail_gate, print_summary
+
+    example = REPO / "reports" / "example"
+    run = RunDir(tmp_path / "example")
+    shutil.copytree(example / "hosts", run.hosts_dir)
+    for name in ("policy.yaml", "provenance.json"):
+        shutil.copy(example / name, run.path / name)
+    shutil.copytree(example / "cluster", run.path / "cluster")
+    read_back = RunDir.load_register
+
+    def refused(self: RunDir, *, outcomes: bool = True) -> object:
+        raise AssertionError("register.json read back")
+
+    for threshold in ("critical", "high", "medium", "low"):
+        monkeypatch.setattr(RunDir, "load_register", refused)
+        status = main(["report", str(run.path), "--fail-on", threshold])
+        printed = capsys.readouterr()
+        monkeypatch.setattr(RunDir, "load_register", read_back)
+        written = run.load_register(outcomes=False)
+        print_summary(written, run)
+        assert fail_gate(written, threshold) == status
+        expected = capsys.readouterr()
+        assert (printed.out, printed.err) == (expected.out, expected.err), threshold
+    assert "waived" in printed.out and "open risk" in printed.out
+    assert status == 1  # the example fleet has open risks at low and above

@@ -180,8 +180,11 @@ class RunDir:
         ValueError when it is not a register."""
         from gpuaudit.report.register_types import Register  # the rules: only when read
 
-        document = json.loads(self.register_path.read_text(encoding="utf-8"))
-        return Register.from_dict(document, outcomes=outcomes)
+        # A fleet's register is a large tree of new objects: the cyclic collector's passes
+        # over it would only walk them (cycles.py).
+        with cycle_collection_paused():
+            document = json.loads(self.register_path.read_text(encoding="utf-8"))
+            return Register.from_dict(document, outcomes=outcomes)
 
     def snapshot_path(self, host: str) -> Path:
         return self.hosts_dir / safe_host_filename(host)
