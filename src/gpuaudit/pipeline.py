@@ -33,7 +33,7 @@ from gpuaudit.report.register_types import Register
 from gpuaudit.report.renderers import FileText, render_all, render_files
 from gpuaudit.report.rollouts import open_rollouts
 from gpuaudit.report.run import HOSTS_DIR, RunDir
-from gpuaudit.report.trend_basis import BASIS_FILE, basis_chunks
+from gpuaudit.report.trend_basis import BASIS_FILE, TextDigest, basis_chunks
 from gpuaudit.report.trends import find_previous, load_previous
 from gpuaudit.rules.base import Evaluation, Finding
 
@@ -141,22 +141,21 @@ def write_request(run: RunDir, request: ReportRequest) -> Register:
         register = assemble_register(run, request)
         # One file at a time: each is written to its temporary name before the next is made.
         files = render_files(register, request.snapshots, fail_on=request.fail_on)
-        run.store_files(_with_trend_basis(run, request.snapshots, files))
+        run.store_files(_with_trend_basis(run, request.snapshots, register, files))
     return register
 
 
 def _with_trend_basis(
-    run: RunDir, snapshots: Sequence[HostSnapshot], files: Iterable[FileText]
+    run: RunDir, snapshots: Sequence[HostSnapshot], register: Register, files: Iterable[FileText]
 ) -> Iterator[FileText]:
     """The report's files with trend-basis.json (what the next run's trends compare, read
-    without loading these snapshots again: trend_basis.py) before register.json; none when
-    the snapshots are not the run's snapshot files."""
-    basis = basis_chunks(run.path, snapshots)
+    without loading these snapshots or this register again: trend_basis.py) after them all,
+    sealed with the register.json made before it; none when the snapshots are not the run's
+    snapshot files. The run's store still renames register.json last."""
+    digest = TextDigest()
     for name, pieces in files:
-        if name == REGISTER_FILE and basis is not None:
-            yield BASIS_FILE, basis
-            basis = None
-        yield name, pieces
+        yield name, digest.track(pieces) if name == REGISTER_FILE else pieces
+    basis = basis_chunks(run.path, snapshots, lambda: digest.seal(register))
     if basis is not None:
         yield BASIS_FILE, basis
 

@@ -10,13 +10,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from report_factories import healthy_host
-from test_trends import NEW_DRIVER, OLD_DRIVER, two_runs, with_counters
+from report_factories import finding, healthy_host
+from test_trends import NEW_DRIVER, OLD_DRIVER, sysctl_finding, two_runs, with_counters, xid_finding
 
 from gpuaudit.pipeline import rebuild, write_report
-from gpuaudit.report.run import RunDir, new_run_dir
-from gpuaudit.report.trend_basis import BASIS_FILE, GPU_COUNTERS, read_basis
+from gpuaudit.report import trends
+from gpuaudit.report.run import RunDir, atomic_write_streams, new_run_dir
+from gpuaudit.report.trend_basis import BASIS_FILE, GPU_COUNTERS, read_basis, read_trend_basis
 from gpuaudit.report.trends import load_previous
+from gpuaudit.rules.base import Severity
 
 FIRST, SECOND = "20261101T000000Z", "20261201T000000Z"
 CORRECTED = GPU_COUNTERS.index("ecc_aggregate.corrected")
@@ -132,3 +134,103 @@ def test_no_basis_for_snapshots_that_are_not_the_runs_files(tmp_path: Path) -> N
     later = dataclasses.replace(healthy_host("h1"), collected_at="2026-11-30T00:00:00Z")
     write_report(twice, [healthy_host("h1"), later])  # two snapshots of one host file
     assert not (twice.path / BASIS_FILE).exists()
+
+
+def _no_register_reading(monkeypatch: pytest.MonkeyPatch) -> None:
+    def refuse(_path: Path) -> dict[str, Any] | None:
+        raise AssertionError("register.json was read")
+
+    monkeypatch.setattr(trends, "_read_register", refuse)
+
+
+def _sealed_run(reports: Path) -> RunDir:
+    """A run whose risks have several hosts each, given in no order, and one waived."""
+    run = new_run_dir(reports, FIRST)
+    for name in ("h3", "h1", "h2"):
+        run.write_snapshot(healthy_host(name))
+    findings = [
+        sysctl_finding("h3"),
+        sysctl_finding("h1"),
+        xid_finding("h2", 79),
+        xid_finding("h1", 79),
+        finding("GA106", Severity.LOW, host="h3"),
+    ]
+    waiver = {"rule": "GA106", "reason": "accepted", "expires": "2099-01-01"}
+    write_report(run, run.load_snapshots(), findings, policy={"waivers": [waiver]})
+    return run
+
+
+def test_the_previous_risks_come_from_the_basis_while_the_register_is_unchanged(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    run = _sealed_run(tmp_path)
+    basis = read_trend_basis(run.path)
+    assert basis is not None and basis.register is not None
+    with monkeypatch.context() as patch:
+        _no_register_reading(patch)
+        _no_snapshot_loading(patch)
+        sealed = load_previous(run.path)
+    # The same as register.json read back gives: drop the register's part from the basis.
+    text = (run.path / BASIS_FILE).read_text()
+    data = json.loads(text)
+    del data["register"]
+    stat = (run.path / BASIS_FILE).stat()
+    (run.path / BASIS_FILE).write_text(json.dumps(data))
+    os.utime(run.path / BASIS_FILE, ns=(stat.st_atime_ns, stat.st_mtime_ns))
+    assert read_trend_basis(run.path) is not None  # the hosts' part is still trusted
+    read_back = load_previous(run.path)
+    assert sealed == read_back
+    assert {r.id: r.affected_hosts for r in sealed.risks} == {
+        "GA601:net.core.rmem_max": ("h1", "h3"),
+        "GA301:79": ("h1", "h2"),
+        "GA106": ("h3",),
+    }
+    registered = json.loads(run.register_path.read_text())
+    assert sealed.generated_at == registered["generated_at"]
+
+
+def test_a_register_changed_after_the_report_is_read_again(tmp_path: Path) -> None:
+    run = _sealed_run(tmp_path)
+    text = run.register_path.read_text()
+    # Same length, other bytes: the digest, not the size, tells.
+    edited = text.replace('"Title of GA601"', '"Title of GA6O1"')
+    assert edited != text and len(edited) == len(text)
+    run.register_path.write_text(edited)
+    titles = {r.id: r.title for r in load_previous(run.path).risks}
+    assert titles["GA601:net.core.rmem_max"] == "Title of GA6O1"
+    # Gone: the rules judge the snapshots again (healthy_host's XID 13 is a risk then, though
+    # the register written had none), never the basis' copy of the register's risks.
+    basis = read_trend_basis(run.path)
+    assert basis is not None and basis.register is not None
+    assert "GA301:13" not in {r.id for r in basis.register.risks}
+    run.register_path.unlink()
+    assert "GA301:13" in {r.id for r in load_previous(run.path).risks}
+
+
+def test_a_damaged_register_part_of_the_basis_is_not_used(tmp_path: Path) -> None:
+    run = _sealed_run(tmp_path)
+    path = run.path / BASIS_FILE
+    stat = path.stat()
+    data = json.loads(path.read_text())
+    for damaged in ({"risks": [["GA1", "t", "low", "h1"]]}, {"size": "12"}, {"sha256": None}):
+        path.write_text(json.dumps({**data, "register": {**data["register"], **damaged}}))
+        os.utime(path, ns=(stat.st_atime_ns, stat.st_mtime_ns))
+        basis = read_trend_basis(run.path)
+        assert basis is not None and basis.register is None
+        assert "GA301:79" in {r.id for r in load_previous(run.path).risks}
+
+
+def test_the_register_is_renamed_last_whenever_it_is_made(tmp_path: Path) -> None:
+    register = tmp_path / "register.json"
+    files = [(tmp_path / "a", ["a"]), (register, ["r"]), (tmp_path / "b", ["b"])]
+    assert atomic_write_streams(files, last=register) == [tmp_path / "a", tmp_path / "b", register]
+
+    def failing() -> Any:
+        yield "c"
+        raise OSError("disk full")
+
+    later = [(register, ["r2"]), (tmp_path / "c", failing())]
+    with pytest.raises(OSError, match="disk full"):
+        atomic_write_streams(later, last=register)
+    assert register.read_text() == "r" and not (tmp_path / "c").exists()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a", "b", "register.json"]

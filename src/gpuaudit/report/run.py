@@ -92,18 +92,21 @@ def atomic_write_files(files: Mapping[Path, str]) -> None:
     atomic_write_streams(files.items())
 
 
-def atomic_write_streams(files: Iterable[tuple[Path, Iterable[str]]]) -> list[Path]:
+def atomic_write_streams(
+    files: Iterable[tuple[Path, Iterable[str]]], last: Path | None = None
+) -> list[Path]:
     """:func:`atomic_write_files` for files made one after the other, each in pieces: each
     file's pieces are written to its temporary file as they come (the next file is asked for
     only then, so no more than one is held), and once all are on disk they are renamed into
-    place in the order given. Returns the paths written."""
+    place in the order given, ``last`` (when given and written) after every other. Returns the
+    paths written, in that order."""
     staged: dict[Path, str] = {}
     try:
         for path, pieces in files:
             if path in staged:  # a file given twice: the later text wins, as in a mapping
                 os.unlink(staged.pop(path))
             staged[path] = _write_temporary(path, pieces)
-        written = list(staged)
+        written = sorted(staged, key=lambda path: path == last)  # stable: the rest in order
         for path in written:
             os.replace(staged[path], path)
             del staged[path]
@@ -234,9 +237,11 @@ class RunDir:
     def store_files(self, files: Iterable[tuple[str, Iterable[str]]]) -> None:
         """:meth:`store` for files made one at a time, each in pieces (renderers.render_files):
         each is written to its temporary name as it comes, all are renamed into place at the
-        end in the order given (register.json last). Detail files of an earlier page
-        (``page/``, html.render_page) that this report no longer has are removed then."""
-        written = atomic_write_streams((self.path / name, text) for name, text in files)
+        end in the order given, register.json last whenever it comes. Detail files of an
+        earlier page (``page/``, html.render_page) that this report no longer has are removed
+        then."""
+        paths = ((self.path / name, text) for name, text in files)
+        written = atomic_write_streams(paths, last=self.register_path)
         page_dir = self.path / PAGE_DIR
         if page_dir.is_dir():
             keep = set(written)

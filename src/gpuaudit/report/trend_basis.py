@@ -13,22 +13,32 @@ None (trends then load the snapshots, as without the file) when ``hosts/`` holds
 of files or any of them changed since. A report of snapshots that are not the run's files
 (two snapshots of one host, snapshots never written there) writes no such file.
 
+Trends also name the previous run's risks and when its register was made, which register.json
+holds among everything else: at 10,000 hosts reading it back costs more than the rest of the
+comparison. The file keeps those too (:class:`RegisterSeal`), with the size and SHA-256 of the
+register.json written beside it; they are used only while register.json is still those bytes
+(hashing it costs a fiftieth of parsing it), else register.json is read as before.
+
 Shape: ``{"version": 1, "hosts": [{"file", "size", "mtime_ns", "host", "collected_at",
-"status", "driver", "gpus": [[index, pci_bus_id, [counter, …]], …], "xids": {bus: count}}]}``,
-the counters in :data:`GPU_COUNTERS` order.
+"status", "driver", "gpus": [[index, pci_bus_id, [counter, …]], …], "xids": {bus: count}}],
+"register": {"size", "sha256", "generated_at", "risks": [[id, title, severity, [host, …]],
+…]}}``, the counters in :data:`GPU_COUNTERS` order; ``register`` is absent from files written
+before it was kept, and from a report without register.json.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 from collections import Counter
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from gpuaudit.model.snapshot import Gpu, HostSnapshot, HostStatus, bus_key
+from gpuaudit.report.register_types import Register, RiskBrief
 
 BASIS_FILE = "trend-basis.json"
 BASIS_VERSION = 1
@@ -65,6 +75,62 @@ class HostCounters:
     driver: str | None
     gpus: tuple[GpuCounters, ...]
     xids: Mapping[str, int]  # XID events per PCI bus id
+
+
+@dataclass(frozen=True)
+class RegisterSeal:
+    """What trends take of a run's register.json (when it was made, and its risks as
+    :class:`RiskBrief`), with the size and SHA-256 of that file as it was written."""
+
+    size: int
+    sha256: str
+    generated_at: str
+    risks: tuple[RiskBrief, ...]
+
+    def matches(self, path: Path) -> bool:
+        """Whether the file at ``path`` is still the register these were taken from."""
+        try:
+            if path.stat().st_size != self.size:
+                return False
+            return hashlib.sha256(path.read_bytes()).hexdigest() == self.sha256
+        except OSError:
+            return False
+
+
+@dataclass(frozen=True)
+class Basis:
+    """What trend-basis.json holds: the hosts, and the register's part when it was kept."""
+
+    hosts: tuple[HostCounters, ...]
+    register: RegisterSeal | None
+
+
+class TextDigest:
+    """The size and SHA-256 of a file's text (UTF-8) as its pieces pass through
+    :meth:`track` on their way to the file."""
+
+    def __init__(self) -> None:
+        self._hash = hashlib.sha256()
+        self._size = 0
+        self._done = False
+
+    def track(self, pieces: Iterable[str]) -> Iterator[str]:
+        for piece in pieces:
+            data = piece.encode("utf-8")
+            self._hash.update(data)
+            self._size += len(data)
+            yield piece
+        self._done = True
+
+    def seal(self, register: Register) -> RegisterSeal | None:
+        """``register``'s seal, for the text tracked; None until all of it has passed."""
+        if not self._done:
+            return None
+        risks = tuple(
+            RiskBrief(r.id, r.title, r.severity.value, tuple(sorted(r.affected_hosts)))
+            for r in register.risks
+        )
+        return RegisterSeal(self._size, self._hash.hexdigest(), register.generated_at, risks)
 
 
 # GPU_COUNTERS' paths split once: counters() reads them for every GPU of the fleet.
@@ -116,9 +182,15 @@ def _stat(path: Path) -> tuple[int, int] | None:
     return status.st_size, status.st_mtime_ns
 
 
-def basis_chunks(run_path: Path, snapshots: Sequence[HostSnapshot]) -> Iterator[str] | None:
+def basis_chunks(
+    run_path: Path,
+    snapshots: Sequence[HostSnapshot],
+    seal: Callable[[], RegisterSeal | None] | None = None,
+) -> Iterator[str] | None:
     """trend-basis.json's text for ``snapshots`` in pieces, a host a line; None when they are
-    not exactly the snapshot files of the run at ``run_path`` (one each)."""
+    not exactly the snapshot files of the run at ``run_path`` (one each). ``seal`` gives the
+    register's part (asked for once the hosts are written: the register written beside it is
+    complete by then); without one, or when it gives None, the file has none."""
     from gpuaudit.report.run import RunDir  # run.py imports the trends
 
     run = RunDir(run_path)
@@ -137,7 +209,17 @@ def basis_chunks(run_path: Path, snapshots: Sequence[HostSnapshot]) -> Iterator[
             entry = _entry(host_counters(snap))
             entry = {"file": name, "size": size, "mtime_ns": mtime_ns, **entry}
             yield ("\n " if number == 0 else ",\n ") + json.dumps(entry, ensure_ascii=False)
-        yield "\n]}\n"
+        register = seal() if seal is not None else None
+        if register is None:
+            yield "\n]}\n"
+            return
+        kept = {
+            "size": register.size,
+            "sha256": register.sha256,
+            "generated_at": register.generated_at,
+            "risks": [[r.id, r.title, r.severity, list(r.affected_hosts)] for r in register.risks],
+        }
+        yield '\n], "register": ' + json.dumps(kept, ensure_ascii=False) + "}\n"
 
     return pieces()
 
@@ -156,6 +238,13 @@ def _entry(host: HostCounters) -> dict[str, Any]:
 def read_basis(run_path: str | os.PathLike[str]) -> tuple[HostCounters, ...] | None:
     """The run's hosts as trend-basis.json holds them; None when it is missing, unreadable,
     of another version, or no longer matches the run's snapshot files (module docstring)."""
+    basis = read_trend_basis(run_path)
+    return basis.hosts if basis is not None else None
+
+
+def read_trend_basis(run_path: str | os.PathLike[str]) -> Basis | None:
+    """:func:`read_basis`, with the register's part the file keeps (None when it keeps none
+    or keeps it damaged: then register.json is read)."""
     from gpuaudit.report.run import RunDir  # run.py imports the trends
 
     run = RunDir(run_path)
@@ -174,7 +263,24 @@ def read_basis(run_path: str | os.PathLike[str]) -> tuple[HostCounters, ...] | N
             hosts.append(_host(entry))
     except (OSError, ValueError, KeyError, TypeError, IndexError):
         return None
-    return tuple(hosts)
+    try:
+        register = _register_seal(data["register"]) if "register" in data else None
+    except (ValueError, KeyError, TypeError):
+        register = None
+    return Basis(tuple(hosts), register)
+
+
+def _register_seal(kept: Mapping[str, Any]) -> RegisterSeal:
+    size, sha256, generated_at = kept["size"], kept["sha256"], kept["generated_at"]
+    if not (isinstance(size, int) and isinstance(sha256, str) and isinstance(generated_at, str)):
+        raise TypeError("the register's size, digest or time is not of its type")
+    risks = []
+    for risk_id, title, severity, hosts in kept["risks"]:
+        texts = (risk_id, title, severity, *hosts)
+        if not isinstance(hosts, list) or not all(isinstance(text, str) for text in texts):
+            raise TypeError("a risk's id, title, severity or host is not text")
+        risks.append(RiskBrief(risk_id, title, severity, tuple(hosts)))
+    return RegisterSeal(size, sha256, generated_at, tuple(risks))
 
 
 def _host(entry: Mapping[str, Any]) -> HostCounters:

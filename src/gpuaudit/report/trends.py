@@ -21,8 +21,9 @@ Snapshots are the source of truth here too: hosts, drivers and counters come fro
 run's ``hosts/`` (so trends work from snapshots alone), read from its ``trend-basis.json``
 (trend_basis.py: those values of each snapshot, written with its register) while that file
 still matches the snapshot files, else from the snapshots themselves. Risk ids come from its
-``register.json`` (``risks``, else regrouped ``findings``); with no readable register the rules
-are run on the previous snapshots with the previous run's own ``policy.yaml`` when it kept one.
+``register.json`` (``risks``, else regrouped ``findings``), as trend-basis.json keeps them while
+register.json is still the file they were taken from; with no readable register the rules are
+run on the previous snapshots with the previous run's own ``policy.yaml`` when it kept one.
 
 Counters compared per GPU (host + PCI bus id, which survives re-enumeration of GPU indexes):
 ECC volatile/aggregate corrected/uncorrected, remapped rows, retired pages and XID events from
@@ -61,7 +62,12 @@ from gpuaudit.model.status import NOT_COLLECTED
 from gpuaudit.report.provenance import Scope, read_provenance
 from gpuaudit.report.register_types import CounterGrowth, DriverChange, Risk, RiskBrief, Trends
 from gpuaudit.report.risks import build_risks
-from gpuaudit.report.trend_basis import GPU_COUNTERS, HostCounters, host_counters, read_basis
+from gpuaudit.report.trend_basis import (
+    GPU_COUNTERS,
+    HostCounters,
+    host_counters,
+    read_trend_basis,
+)
 from gpuaudit.rules.base import Finding
 
 if TYPE_CHECKING:
@@ -155,11 +161,18 @@ def load_previous(path: str | os.PathLike[str]) -> PreviousRun:
     run = RunDir(path)
     if not run.hosts_dir.is_dir():
         raise FileNotFoundError(f"previous run {run.path} holds no hosts/ directory")
+    recorded = read_provenance(run.path)
+    scope = recorded.scope if recorded else None
+    basis = read_trend_basis(run.path)
+    seal = basis.register if basis is not None else None
+    if basis is not None and seal is not None and seal.matches(run.register_path):
+        # All from trend-basis.json: register.json is still the file its risks were taken from.
+        return PreviousRun(run.run_id, seal.generated_at, basis.hosts, seal.risks, scope=scope)
     register = _read_register(run.register_path)
     notes: list[str] = []
     # The counters from trend-basis.json when it still matches the snapshots, and the risks
     # from register.json: then no snapshot is read. Otherwise the snapshots, as ever.
-    hosts = read_basis(run.path) if register is not None else None
+    hosts = basis.hosts if basis is not None and register is not None else None
     risks = _register_risks(register) if hosts is not None else None
     if hosts is None or risks is None:
         snapshots = tuple(run.load_snapshots())
@@ -168,15 +181,7 @@ def load_previous(path: str | os.PathLike[str]) -> PreviousRun:
     generated_at = register.get("generated_at") if register else None
     if not isinstance(generated_at, str):
         generated_at = max((h.collected_at for h in hosts), default=None)
-    recorded = read_provenance(run.path)
-    return PreviousRun(
-        run.run_id,
-        generated_at,
-        hosts,
-        tuple(risks),
-        scope=recorded.scope if recorded else None,
-        notes=tuple(notes),
-    )
+    return PreviousRun(run.run_id, generated_at, hosts, tuple(risks), scope, tuple(notes))
 
 
 def _read_register(path: Path) -> dict[str, Any] | None:
