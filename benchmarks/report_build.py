@@ -11,6 +11,12 @@ and prints both (wall clock and CPU time), their ratio (build / load, on CPU tim
 of what was written. The ratio is the number to watch: it does not depend on how fast the
 machine is, nor, being taken on CPU time, on what else runs on it.
 
+With ``--previous``, the build of a second run of the same snapshots beside the first, with
+trends against it, as a quarterly audit is built; side by side: the previous run's risks taken
+from its trend-basis.json (sealed with its register.json's digest: trend_basis.py), and read
+back from its register.json (its trend-basis.json without the register's part, as files
+written before that part was kept are), with tracemalloc's peak of each.
+
 Then peak memory, side by side: the snapshots' size on disk; tracemalloc's count of what the
 loaded snapshots hold (after load) and its peaks during (a) and (b); and the peak resident
 size (VmHWM) of a fresh child process doing only (a) against one doing (b), with the
@@ -24,6 +30,8 @@ from __future__ import annotations
 
 import argparse
 import gc
+import json
+import os
 import statistics
 import subprocess
 import sys
@@ -40,6 +48,7 @@ from synthetic_fleet import synthetic_fleet
 
 from gpuaudit.pipeline import rebuild
 from gpuaudit.report.run import RunDir
+from gpuaudit.report.trend_basis import BASIS_FILE
 
 T = TypeVar("T")
 
@@ -77,6 +86,7 @@ _CHILD = """
 import sys
 from gpuaudit.pipeline import rebuild
 from gpuaudit.report.run import RunDir
+from gpuaudit.report.trend_basis import BASIS_FILE
 run = RunDir(sys.argv[2])
 snapshots = run.load_snapshots() if sys.argv[1] == "load" else rebuild(run)
 with open("/proc/self/status", encoding="ascii") as status:
@@ -124,12 +134,48 @@ def memory(run: RunDir, snapshot_bytes: int) -> None:
     )
 
 
+def with_previous(run: RunDir, repeat: int) -> None:
+    """Build a second run of ``run``'s snapshots with trends against ``run`` (module
+    docstring): once with ``run``'s trend-basis.json as written, once without its register
+    part."""
+    later = RunDir(run.path.parent / "later")
+    later.hosts_dir.mkdir(parents=True)
+    for path in run.snapshot_files():
+        os.link(path, later.hosts_dir / path.name)
+    basis_path = run.path / BASIS_FILE
+    sealed = basis_path.read_text(encoding="utf-8")
+    kept = json.loads(sealed)
+    if "register" not in kept:
+        raise SystemExit("the first run's trend-basis.json keeps no register part")
+    unsealed = json.dumps({k: v for k, v in kept.items() if k != "register"})
+    stat = basis_path.stat()
+
+    def basis(text: str) -> None:  # the snapshots' stamps in it stay those of the files
+        basis_path.write_text(text, encoding="utf-8")
+        os.utime(basis_path, ns=(stat.st_atime_ns, stat.st_mtime_ns))
+
+    load = min(timed(later.load_snapshots)[1] for _ in range(repeat))
+    print(f"\nwith a previous run (trends):  load {load:.2f} s CPU")
+    print("                            build CPU  build / load  tracemalloc peak")
+    for label, text in (("from trend-basis.json", sealed), ("register.json read back", unsealed)):
+        basis(text)
+        cpu = min(timed(lambda: rebuild(later, previous=run.path))[1] for _ in range(repeat))
+        _, peak, _ = traced(lambda: rebuild(later, previous=run.path))
+        trends = json.loads(later.register_path.read_text(encoding="utf-8"))["trends"]
+        assert trends and trends["compared_hosts"] == len(later.snapshot_files())
+        print(f"  {label:<24} {cpu:8.2f} s {cpu / load:10.2f} ×  {mib(peak):>12}")
+    basis(sealed)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--hosts", type=int, default=10_000)
     parser.add_argument("--gpus", type=int, default=8, help="GPUs per host")
     parser.add_argument("--repeat", type=int, default=1, help="measure each this many times")
     parser.add_argument("--no-memory", action="store_true", help="leave out the memory part")
+    parser.add_argument(
+        "--previous", action="store_true", help="also build a second run, with trends"
+    )
     args = parser.parse_args(argv)
 
     with tempfile.TemporaryDirectory(prefix="gpuaudit-bench-") as tmp:
@@ -164,6 +210,8 @@ def main(argv: list[str] | None = None) -> int:
             print(f"output     page/*.js        {mib(total):>10}   host details, {len(page)} files")
         if not args.no_memory:
             memory(run, snapshot_bytes)
+        if args.previous:
+            with_previous(run, args.repeat)
     return 0
 
 
