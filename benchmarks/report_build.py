@@ -15,7 +15,8 @@ With ``--previous``, the build of a second run of the same snapshots beside the 
 trends against it, as a quarterly audit is built; side by side: the previous run's risks taken
 from its trend-basis.json (sealed with its register.json's digest: trend_basis.py), and read
 back from its register.json (its trend-basis.json without the register's part, as files
-written before that part was kept are), with tracemalloc's peak of each.
+written before that part was kept are): reading the previous run alone, and the whole build,
+each with its CPU time and tracemalloc's peak.
 
 Then peak memory, side by side: the snapshots' size on disk; tracemalloc's count of what the
 loaded snapshots hold (after load) and its peaks during (a) and (b); and the peak resident
@@ -47,8 +48,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from synthetic_fleet import synthetic_fleet
 
 from gpuaudit.pipeline import rebuild
+from gpuaudit.report.cycles import cycle_collection_paused
 from gpuaudit.report.run import RunDir
 from gpuaudit.report.trend_basis import BASIS_FILE
+from gpuaudit.report.trends import load_previous
 
 T = TypeVar("T")
 
@@ -85,8 +88,10 @@ def mib(size: float) -> str:
 _CHILD = """
 import sys
 from gpuaudit.pipeline import rebuild
+from gpuaudit.report.cycles import cycle_collection_paused
 from gpuaudit.report.run import RunDir
 from gpuaudit.report.trend_basis import BASIS_FILE
+from gpuaudit.report.trends import load_previous
 run = RunDir(sys.argv[2])
 snapshots = run.load_snapshots() if sys.argv[1] == "load" else rebuild(run)
 with open("/proc/self/status", encoding="ascii") as status:
@@ -156,14 +161,20 @@ def with_previous(run: RunDir, repeat: int) -> None:
 
     load = min(timed(later.load_snapshots)[1] for _ in range(repeat))
     print(f"\nwith a previous run (trends):  load {load:.2f} s CPU")
-    print("                            build CPU  build / load  tracemalloc peak")
+    print("previous run read (CPU, peak)        build CPU  build / load  build peak")
     for label, text in (("from trend-basis.json", sealed), ("register.json read back", unsealed)):
         basis(text)
+        with cycle_collection_paused():  # as the build reads it
+            read = min(timed(lambda: load_previous(run.path))[1] for _ in range(repeat))
+        _, read_peak, _ = traced(lambda: load_previous(run.path))
         cpu = min(timed(lambda: rebuild(later, previous=run.path))[1] for _ in range(repeat))
         _, peak, _ = traced(lambda: rebuild(later, previous=run.path))
         trends = json.loads(later.register_path.read_text(encoding="utf-8"))["trends"]
         assert trends and trends["compared_hosts"] == len(later.snapshot_files())
-        print(f"  {label:<24} {cpu:8.2f} s {cpu / load:10.2f} ×  {mib(peak):>12}")
+        print(
+            f"  {label:<24} {read:5.2f} s {mib(read_peak):>10} {cpu:8.2f} s {cpu / load:8.2f} ×"
+            f"  {mib(peak):>10}"
+        )
     basis(sealed)
 
 
