@@ -281,6 +281,23 @@ def test_snapshot_files_ignore_other_files(tmp_path: Path) -> None:
     assert [p.name for p in run.snapshot_files()] == ["h1.json"]
 
 
+def test_snapshot_files_are_the_json_files_by_name(tmp_path: Path) -> None:
+    run = RunDir(tmp_path / "run")
+    assert run.snapshot_files() == []  # no run directory yet
+    for name in ("h2", "h10", "h1"):
+        run.write_snapshot(healthy_host(name))
+    (run.hosts_dir / ".h3.json").write_text("{}")  # a leftover temporary's kind of name
+    (run.hosts_dir / "linked.json").symlink_to(run.hosts_dir / "h1.json")
+    (run.hosts_dir / "dangling.json").symlink_to(run.hosts_dir / "gone.json")
+    listed = run.snapshot_files()
+    assert listed == [run.hosts_dir / n for n in ("h1.json", "h10.json", "h2.json", "linked.json")]
+    assert listed == sorted(listed)  # as Paths sort
+    other = RunDir(tmp_path / "other")
+    other.path.mkdir()
+    other.hosts_dir.write_text("not a directory")
+    assert other.snapshot_files() == []
+
+
 def test_report_package_does_not_import_pyinfra() -> None:
     import subprocess
     import sys
