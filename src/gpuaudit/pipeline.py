@@ -153,9 +153,11 @@ def _with_trend_basis(
     sealed with the register.json made before it; none when the snapshots are not the run's
     snapshot files. The run's store still renames register.json last."""
     digest = TextDigest()
+    # The snapshot files' stamps are taken now, as close to their loading as can be; the
+    # register's part is asked for when the basis is written, after register.json.
+    basis = basis_chunks(run.path, snapshots, lambda: digest.seal(register))
     for name, pieces in files:
         yield name, digest.track(pieces) if name == REGISTER_FILE else pieces
-    basis = basis_chunks(run.path, snapshots, lambda: digest.seal(register))
     if basis is not None:
         yield BASIS_FILE, basis
 
