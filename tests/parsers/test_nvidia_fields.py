@@ -274,6 +274,19 @@ def test_unknown_xml_element_warns_once_per_document() -> None:
     assert [w.text for w in warnings] == ["<kmd_branch>r610</kmd_branch>"]
 
 
+def test_an_element_on_one_gpu_only_is_warned() -> None:
+    # The same capture: GPUs alike are walked once, a GPU unlike the first is still walked.
+    text = read(XML / "telegraf-2x-rtx2070-driver590-v13.xml")
+    element = "<kmd_branch>r610</kmd_branch>"
+    for before, path in (("<product_brand>", "kmd_branch"), ("<pci_bus>", "pci/kmd_branch")):
+        second = text.index(before, text.index(before) + 1)
+        with collecting() as warnings:
+            parse_nvidia_smi_xml(text[:second] + element + text[second:])
+        assert [(w.message, w.text) for w in warnings] == [
+            (f"unknown element <gpu>/{path}: its value is not read", element)
+        ]
+
+
 # --- every line placed or warned -------------------------------------------------------------
 
 _FIELD_LINE = re.compile(r"^(?P<indent>\s*)(?P<label>\S.*?)\s+:(?:\s|$)")

@@ -302,7 +302,14 @@ def _warn_unplaced(root: Element) -> None:
         if child.tag not in _KNOWN_ROOT and child.tag not in seen:
             seen.add(child.tag)
             warn(WHAT, f"unknown element <{child.tag}>: its value is not read", _show(child))
+    shapes: set[tuple[tuple[str, int], ...]] = set()
     for gpu in root.findall("gpu"):
+        # Each element's tag and child count, in document order, is the GPU's tree: one whose
+        # tree was judged already has only paths judged already, and is not walked again.
+        shape = tuple([(element.tag, len(element)) for element in gpu.iter()])
+        if shape in shapes:
+            continue
+        shapes.add(shape)
         stack = _paths(gpu, "")
         while stack:
             path, element = stack.pop()
