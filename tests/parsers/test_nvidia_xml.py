@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import random
 from pathlib import Path
 
 import pytest
@@ -292,3 +293,26 @@ def test_a_cut_that_breaks_the_document_falls_back_to_the_whole_text() -> None:
     cut = whole[: whole.index("</supported_clocks>")]
     with pytest.raises(ParseError, match="malformed or truncated"):
         parse_nvidia_smi_xml(cut)
+
+
+def _first_line_starting_with_markup(text: str) -> int:
+    """Where the XML starts, by its definition: the first line that begins with ``<`` after
+    its leading white space, else the first ``<``."""
+    position = 0
+    for line in text.splitlines(keepends=True):
+        if line.lstrip().startswith("<"):
+            return position + len(line) - len(line.lstrip())
+        position += len(line)
+    return text.find("<")
+
+
+def test_where_the_document_starts_is_the_first_line_that_begins_with_markup() -> None:
+    # Every kind of line break str.splitlines knows, and white space that is none.
+    pieces = [" ", "\t", "\n", "\r", "\x0b", "\x0c", "\x1c", "\x85", "\u2028", "\u3000"]
+    pieces += ["<", "a", "WARNING: infoROM is corrupted\n"]
+    texts = ["", "<?xml?>", "  \n\t<a>", "warning <b>\n<a>", "x\r\n  <a>", "\u2028<a>"]
+    generator = random.Random(20261202)
+    texts += ["".join(generator.choice(pieces) for _ in range(generator.randint(0, 10)))
+              for _ in range(20_000)]  # fmt: skip
+    for text in texts:
+        assert nvidia_xml._document_start(text) == _first_line_starting_with_markup(text), text

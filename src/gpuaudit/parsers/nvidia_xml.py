@@ -250,6 +250,11 @@ def _safe_fromstring(document: str) -> Element:
 def _document_start(text: str) -> int:
     """Where the XML starts: the first line that begins with ``<`` (so that a warning line
     printed before the document is not read as XML), else the first ``<``."""
+    content = text.lstrip()
+    if content.startswith("<"):
+        # The usual case, without splitting the whole output into lines: every line break is
+        # white space, so the first line that is not blank holds the first such character.
+        return len(text) - len(content)
     position = 0
     for line in text.splitlines(keepends=True):
         if line.lstrip().startswith("<"):
