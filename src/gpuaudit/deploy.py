@@ -69,6 +69,7 @@ from gpuaudit.policy import Policy, PolicyError, load_policy
 from gpuaudit.policy.defaults import policy_keys
 from gpuaudit.policy.diag import DiagRequest, diag_request
 from gpuaudit.policy.settings import resolve_settings
+from gpuaudit.report.cycles import settle_for_collection
 from gpuaudit.report.provenance import pyinfra_scope, record_provenance
 from gpuaudit.report.run import RunDir, RunEnd, new_run_dir, os_error_text
 
@@ -452,6 +453,8 @@ def audit() -> None:
     sharded run (``GPUAUDIT_SHARD``) the host is only collected: ``gpuaudit audit`` writes the
     register once, after every shard."""
     policy = current_policy()  # first: a policy that cannot be used leaves no run directory
+    if id(ctx_state.get()) not in _runs:
+        settle_for_collection()  # once per run, before its first host is collected
     run = current_run()
     calm_ssh_transport(ctx_host.get())  # connected already: pyinfra connects before deploys
     use_quick_operation_order()

@@ -1,0 +1,52 @@
+"""The cyclic garbage collector's settings for a process that collects a fleet."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+
+# Each case runs in a fresh interpreter: freezing and the thresholds are process-wide.
+_SETTLE = textwrap.dedent(
+    """
+    import gc, weakref
+    from gpuaudit.report.cycles import settle_for_collection
+
+    class Node:
+        pass
+
+    gc.set_threshold({start}, 10, 10)
+    loaded = Node()
+    settle_for_collection()
+    print(gc.get_freeze_count() > 0, gc.get_threshold()[0])
+    # A cycle made after settling is still found and freed.
+    cycle = Node()
+    cycle.self = cycle
+    gone = weakref.ref(cycle)
+    del cycle
+    gc.collect()
+    print(gone() is None)
+    """
+)
+
+
+def _settle(start: int) -> list[str]:
+    done = subprocess.run(
+        [sys.executable, "-c", _SETTLE.format(start=start)],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return done.stdout.split()
+
+
+def test_what_is_loaded_is_frozen_and_the_youngest_threshold_raised() -> None:
+    frozen, threshold, freed = _settle(700)
+    assert frozen == "True"
+    assert int(threshold) == 20_000
+    assert freed == "True"
+
+
+def test_a_higher_threshold_or_a_disabled_one_is_kept() -> None:
+    assert _settle(50_000)[1] == "50000"
+    assert _settle(0)[1] == "0"
