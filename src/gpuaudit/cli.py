@@ -27,9 +27,8 @@ import json
 import os
 import sys
 from collections.abc import Sequence
-from importlib import metadata
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from gpuaudit import __version__
 from gpuaudit.audit_run import (
@@ -44,6 +43,7 @@ from gpuaudit.audit_run import (
 from gpuaudit.collect import collector_script
 from gpuaudit.policy.check import add_policy_parser, load_for_cli
 from gpuaudit.report.alerts import add_alerts_parser
+from gpuaudit.report.provenance import pyinfra_version
 from gpuaudit.report.run import RunDir, check_run_id, new_run_dir, os_error_text
 
 if TYPE_CHECKING:
@@ -272,11 +272,18 @@ def cmd_collect_script(args: argparse.Namespace) -> int:
 
 
 def _versions() -> str:
-    try:
-        pyinfra = metadata.version("pyinfra")  # from the installed metadata: no import
-    except metadata.PackageNotFoundError:
-        pyinfra = "not installed"
-    return f"gpuaudit {__version__}\npyinfra {pyinfra}"
+    return f"gpuaudit {__version__}\npyinfra {pyinfra_version() or 'not installed'}"
+
+
+class _VersionAction(argparse.Action):
+    """argparse's "version" action, with the versions looked up only when asked for."""
+
+    def __init__(self, option_strings: Sequence[str], dest: str, **kwargs: Any) -> None:
+        super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS, **kwargs)
+
+    def __call__(self, parser: argparse.ArgumentParser, *_: object) -> None:
+        print(_versions())
+        parser.exit()
 
 
 def _run_id(value: str) -> str:
@@ -304,7 +311,9 @@ def _add_run_options(parser: argparse.ArgumentParser, what: str) -> None:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="gpuaudit", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--version", action="version", version=_versions())
+    parser.add_argument(
+        "--version", action=_VersionAction, help="print gpuaudit's and pyinfra's versions"
+    )
     sub = parser.add_subparsers(dest="command", required=True)
 
     audit = sub.add_parser(

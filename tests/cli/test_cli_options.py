@@ -37,6 +37,21 @@ def test_version_names_gpuaudit_and_pyinfra(capsys: pytest.CaptureFixture[str]) 
     assert f"pyinfra {metadata.version('pyinfra')}" in out
 
 
+def test_versions_are_looked_up_only_when_asked_for() -> None:
+    """Every command starts faster for it: reading package metadata walks the installed
+    packages, and `gpuaudit audit` waits on it before pyinfra starts."""
+    probe = (
+        "import sys\n"
+        "from gpuaudit.cli import parse_args\n"
+        "parse_args(['audit', 'inventory.py'])\n"
+        "print('importlib.metadata' in sys.modules)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, check=True, cwd=REPO
+    )
+    assert done.stdout.strip() == "False"
+
+
 def test_audit_passes_pyinfra_options_through_wherever_they_stand(
     capsys: pytest.CaptureFixture[str],
 ) -> None:

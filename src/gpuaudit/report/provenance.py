@@ -36,7 +36,6 @@ import socket
 import sys
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from importlib import metadata
 from pathlib import Path
 from typing import Any
 
@@ -207,9 +206,13 @@ def operator() -> str:
     return f"{user}@{socket.gethostname()}"
 
 
-def _pyinfra_version() -> str | None:
+def pyinfra_version() -> str | None:
+    """The installed pyinfra's version, from its metadata (pyinfra is not imported); None when
+    it is not installed."""
+    from importlib import metadata  # 30 ms to import: only when a version is asked for
+
     try:
-        return metadata.version("pyinfra")  # read from the installed metadata: no import
+        return metadata.version("pyinfra")
     except metadata.PackageNotFoundError:
         return None
 
@@ -267,7 +270,7 @@ def gather_provenance(
     return Provenance(
         scope=scope,
         gpuaudit_version=__version__,
-        pyinfra_version=_pyinfra_version(),
+        pyinfra_version=pyinfra_version(),
         operator=operator(),
         command=redact_command(command),
         policy=policy_file(policy),
