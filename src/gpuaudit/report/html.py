@@ -39,6 +39,7 @@ import functools
 import hashlib
 import json
 import re
+import secrets
 from collections.abc import Iterable, Iterator, Mapping, Sequence, Set
 from pathlib import Path
 from typing import Any
@@ -131,6 +132,12 @@ _SCRIPT_UNSAFE = {
 
 def json_for_script(value: Any) -> Markup:
     """JSON text that is safe inside ``<script type="application/json">``."""
+    if isinstance(value, _StreamedData):
+        return Markup(value.mark)  # its text is written in pieces in its place (_streamed)
+    return Markup(_script_json(value))
+
+
+def _script_json(value: Any) -> str:
     # Compact separators: on a large fleet the page data is most of the page. ASCII only
     # (``\u2264`` for "≤", U+2028 and U+2029 included): one character of host text or of a
     # finding above U+00FF would make Python hold the whole text, and each copy made on the way,
@@ -138,7 +145,51 @@ def json_for_script(value: Any) -> Markup:
     text = json.dumps(value, sort_keys=True, ensure_ascii=True, default=str, separators=(",", ":"))
     for char, escape in _SCRIPT_UNSAFE.items():
         text = text.replace(char, escape)
-    return Markup(text)
+    return text
+
+
+def script_json_pieces(value: Mapping[str, Any]) -> Iterator[str]:
+    """:func:`json_for_script`'s text of ``value`` (a mapping with text keys) in pieces: each
+    entry of a list it holds is turned into JSON alone. Joined, the pieces are that text byte
+    for byte; the whole text is never held. A large fleet's page data is tens of MiB, and made
+    in one piece it was held two or three times over while it was escaped and written, on top
+    of everything the report holds."""
+    yield "{"
+    for number, key in enumerate(sorted(value)):
+        yield ("," if number else "") + _script_json(key) + ":"
+        item = value[key]
+        if type(item) is not list or not item:
+            yield _script_json(item)
+            continue
+        yield "["
+        separator = ""
+        for entry in item:
+            yield separator + _script_json(entry)
+            separator = ","
+        yield "]"
+    yield "}"
+
+
+class _StreamedData:
+    """The page data of a page written in pieces: the template writes :attr:`mark` where the
+    data goes (json_for_script), and :func:`_streamed` writes the data's pieces in its place.
+    The mark opens with ``<``, which no escaped value and no JSON on the page holds."""
+
+    def __init__(self, data: Mapping[str, Any]) -> None:
+        self.data = data
+        self.mark = f"<!--gpuaudit-page-data-{secrets.token_hex(8)}-->"
+
+
+def _streamed(pieces: Iterable[str], data: _StreamedData) -> Iterator[str]:
+    """The template's pieces, with the page data written in pieces where its mark is."""
+    for piece in pieces:
+        if data.mark not in piece:
+            yield piece
+            continue
+        before, _, after = piece.partition(data.mark)
+        yield before
+        yield from script_json_pieces(data.data)
+        yield after
 
 
 def code_spans(text: Any) -> Markup:
@@ -407,7 +458,9 @@ def render_page(
         yield chunks[-1], (_chunk_text(len(chunks) - 1, details),)
     context = _context(register, summaries, shared, docs_pages, chunks)
     del summaries, shared, details  # the context holds what the page still needs
-    yield HTML_FILE, environment().get_template(PAGE_TEMPLATE).generate(context)
+    data = _StreamedData(context["page_data"])
+    context["page_data"] = data
+    yield HTML_FILE, _streamed(environment().get_template(PAGE_TEMPLATE).generate(context), data)
 
 
 def page_script() -> str:

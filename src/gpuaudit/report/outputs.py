@@ -17,7 +17,7 @@ from __future__ import annotations
 import csv
 import io
 import json
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -67,16 +67,31 @@ def csv_cell(value: Any) -> str:
 
 
 def render_csv(register: Register) -> str:
+    return "".join(csv_chunks(register))
+
+
+# Rows of register.csv made into text together (csv_chunks).
+_CSV_BATCH_ROWS = 1000
+
+
+def csv_chunks(register: Register) -> Iterator[str]:
+    """register.csv's text (:func:`render_csv`) in pieces of a thousand rows: at 10,000 hosts
+    the file is tens of MiB, and made whole it was held two or three times over while it was
+    written, beside everything else the report holds."""
     out = io.StringIO()
     writer = csv.writer(out, quoting=csv.QUOTE_MINIMAL, lineterminator="\r\n")
     writer.writerow(CSV_COLUMNS)
     # The register's own finding entries (register.json's, made once): copied, never changed.
-    for entry in register.head["findings"]:
+    for number, entry in enumerate(register.head["findings"], 1):
         row = dict(entry)
         evidence = row["evidence"]
         row.update(actual=evidence.get("actual"), expected=evidence.get("expected"))
         writer.writerow([csv_cell(row.get(column)) for column in CSV_COLUMNS])
-    return out.getvalue()
+        if number % _CSV_BATCH_ROWS == 0:
+            yield out.getvalue()
+            out.seek(0)
+            out.truncate()
+    yield out.getvalue()
 
 
 # --- Markdown ------------------------------------------------------------------------------------

@@ -26,6 +26,7 @@ from gpuaudit.report.outputs import (
     JUNIT_FILE,
     MARKDOWN_FILE,
     PROMETHEUS_FILE,
+    csv_chunks,
     render_csv,
     render_markdown,
     render_prometheus,
@@ -165,7 +166,11 @@ RENDERERS: tuple[Renderer, ...] = (
         lambda g: render_html(g.register, g.snapshots, docs_pages=g.docs_pages),
         _html_files,
     ),
-    Format(CSV_FILE, lambda g: render_csv(g.register)),
+    Format(
+        CSV_FILE,
+        lambda g: render_csv(g.register),
+        lambda g: [(CSV_FILE, csv_chunks(g.register))],
+    ),
     Format(MARKDOWN_FILE, lambda g: render_markdown(g.register)),
     Format(
         JUNIT_FILE,
