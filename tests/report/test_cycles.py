@@ -30,14 +30,16 @@ _SETTLE = textwrap.dedent(
 )
 
 
-def _settle(start: int) -> list[str]:
+def _printed(script: str) -> list[str]:
+    """What ``script`` prints in a fresh interpreter, word by word."""
     done = subprocess.run(
-        [sys.executable, "-c", _SETTLE.format(start=start)],
-        capture_output=True,
-        text=True,
-        check=True,
+        [sys.executable, "-c", script], capture_output=True, text=True, check=True
     )
     return done.stdout.split()
+
+
+def _settle(start: int) -> list[str]:
+    return _printed(_SETTLE.format(start=start))
 
 
 def test_what_is_loaded_is_frozen_and_the_youngest_threshold_raised() -> None:
@@ -79,13 +81,7 @@ _PAUSE = textwrap.dedent(
 
 
 def _pause(frozen: bool) -> list[str]:
-    done = subprocess.run(
-        [sys.executable, "-c", _PAUSE.format(frozen=frozen)],
-        capture_output=True,
-        text=True,
-        check=True,
-    )
-    return done.stdout.split()
+    return _printed(_PAUSE.format(frozen=frozen))
 
 
 def test_a_pause_resumes_without_a_pass_over_what_it_made() -> None:
