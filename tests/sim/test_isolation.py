@@ -18,7 +18,9 @@ from pathlib import Path
 import pytest
 from simhelpers import digest, machine_fingerprint
 
+import gpuaudit
 from gpuaudit.sim.host import host_paths
+from gpuaudit.sim.isolation import ensure_base, runtime_paths
 from gpuaudit.sim.profiles import get_profile
 
 REPO = Path(__file__).resolve().parents[2]
@@ -149,3 +151,42 @@ def test_without_isolation_only_the_collector_runs(
     register = json.loads((tmp_path / "reports/ro/register.json").read_text())
     codes = {risk["rule"] for risk in register["risks"]}
     assert "GA401" in codes  # t4-02: persistence off, read through the collector
+
+
+def test_a_process_with_other_runtime_paths_keeps_the_skeleton_in_use(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """sshd starts a host's commands in the login's home directory, which is on their
+    ``sys.path``: a gate's runtime paths differ from those of the process that built the
+    skeleton. The gate adds a mount point; the skeleton other hosts' commands run on stays."""
+    sims = tmp_path / "sim"
+    base = ensure_base(sims)
+    in_use = base / "etc" / "passwd"
+    before = (base.stat().st_ino, in_use.stat().st_ino)
+    home = tmp_path / "login-home"
+    home.mkdir()
+    monkeypatch.setattr(sys, "path", [str(home), *sys.path])
+    assert str(home.resolve()) in runtime_paths()
+    assert ensure_base(sims) == base
+    assert (base.stat().st_ino, in_use.stat().st_ino) == before
+    assert (base / str(home.resolve()).lstrip("/")).is_dir()
+    # A skeleton of another version is built anew.
+    (base / ".gpuaudit-base").write_text("0\n")
+    assert ensure_base(sims) == base
+    assert (base / ".gpuaudit-base").read_text().startswith("1\n")
+    assert in_use.is_file() and in_use.stat().st_ino != before[1]
+
+
+def test_the_directory_a_command_starts_in_is_not_shown_to_the_host(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # `python -m` puts the directory it starts in on sys.path; under sshd that is the login's
+    # home (/root for root), which is no runtime path of the simulated tools.
+    home = tmp_path / "login-home"
+    home.mkdir()
+    monkeypatch.chdir(home)
+    monkeypatch.setattr(sys, "path", [str(home), *sys.path])
+    paths = runtime_paths()
+    assert str(home.resolve()) not in paths
+    own = str(Path(gpuaudit.__file__).resolve().parents[1])  # gpuaudit itself is still there
+    assert any(own == p or own.startswith(p + "/") for p in paths), paths

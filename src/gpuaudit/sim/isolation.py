@@ -46,6 +46,8 @@ ISOLATION_ENV = "GPUAUDIT_SIM_ISOLATION"
 BASE_NAME = ".base"
 # Bumped when the skeleton changes, so an old one is rebuilt.
 _BASE_VERSION = "1"
+# The skeleton's marker file: its first line is the version.
+_BASE_MARKER = ".gpuaudit-base"
 _DEVICES = ("null", "zero", "full", "random", "urandom")
 # Trees of this machine the host sees through an overlay of its own (when they are real
 # directories; on a merged-/usr system /bin, /sbin and /lib are links into /usr).
@@ -75,12 +77,20 @@ def overlay_trees() -> list[str]:
 
 def runtime_paths() -> list[str]:
     """Directories the simulated tools' Python needs (interpreter, venv, gpuaudit itself),
-    outside the overlaid system trees, without any that another one contains."""
+    outside the overlaid system trees, without any that another one contains.
+
+    The directory this process started in is left out, though ``python -m`` puts it on
+    ``sys.path``: sshd starts a login's commands in its home directory, which a simulated host
+    must not see (gpuaudit's own directory is named on its own)."""
     import gpuaudit
 
     wanted = {sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix}
+    try:
+        here = os.path.realpath(os.getcwd())
+    except OSError:  # the directory was removed
+        here = None
+    wanted.update(p for p in sys.path if p and os.path.isdir(p) and os.path.realpath(p) != here)
     wanted.add(str(Path(gpuaudit.__file__).resolve().parents[1]))
-    wanted.update(p for p in sys.path if p and os.path.isdir(p))
     trees = tuple(f"/{t}/" for t in overlay_trees())
     real = sorted({os.path.realpath(p) for p in wanted if os.path.isdir(p)})
     real = [p for p in real if p != "/" and not (p + "/").startswith(trees)]
@@ -92,12 +102,31 @@ def base_dir(sim_dir: Path) -> Path:
 
 
 def ensure_base(sim_dir: Path) -> Path:
-    """Build the skeleton every host's root overlays (once per simulator directory)."""
+    """The skeleton every host's root overlays, built once per simulator directory, with a
+    mount point for each of this process's runtime paths.
+
+    Processes differ in their runtime paths: the directory a command starts in is on its
+    ``sys.path``, and sshd starts each simulated host's commands in the login's home directory.
+    A process whose paths the skeleton lacks adds their mount points to it. It never builds the
+    skeleton anew while it is current: other hosts' commands may be running on it, and a
+    skeleton taken from under a running command leaves it without /etc or /usr.
+    """
     base = base_dir(sim_dir)
-    marker = base / ".gpuaudit-base"
-    expected = f"{_BASE_VERSION}\n" + "\n".join(runtime_paths()) + "\n"
-    if marker.is_file() and marker.read_text(encoding="utf-8") == expected:
-        return base
+    if _base_version(base) != _BASE_VERSION:
+        _build_base(base)
+    for path in runtime_paths():
+        (base / path.lstrip("/")).mkdir(parents=True, exist_ok=True)
+    return base
+
+
+def _base_version(base: Path) -> str | None:
+    try:
+        return (base / _BASE_MARKER).read_text(encoding="utf-8").partition("\n")[0]
+    except OSError:
+        return None
+
+
+def _build_base(base: Path) -> None:
     tmp = base.with_name(f"{BASE_NAME}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
     tmp.mkdir(parents=True)
     for name in ("etc", "var/lib", "var/log", "run", "root", "home", "opt", "srv", "proc", "sys"):
@@ -120,17 +149,15 @@ def ensure_base(sim_dir: Path) -> Path:
             shutil.copytree(source, tmp / "etc" / name, symlinks=True)
         elif source.is_file():
             shutil.copy2(source, tmp / "etc" / name)
-    for path in runtime_paths():
-        (tmp / path.lstrip("/")).mkdir(parents=True, exist_ok=True)
-    (tmp / ".gpuaudit-base").write_text(expected, encoding="utf-8")
-    # Another process may have built it meanwhile: keep theirs if it is current.
-    if base.exists() and not (marker.is_file() and marker.read_text(encoding="utf-8") == expected):
+    (tmp / _BASE_MARKER).write_text(f"{_BASE_VERSION}\n", encoding="utf-8")
+    # Another process may have built it meanwhile: keep theirs if it is current. Only a
+    # skeleton of another version (an older gpuaudit's) is replaced.
+    if base.exists() and _base_version(base) != _BASE_VERSION:
         shutil.rmtree(base, ignore_errors=True)
     try:
         tmp.rename(base)
     except OSError:
         shutil.rmtree(tmp, ignore_errors=True)
-    return base
 
 
 def in_user_namespace() -> bool:
