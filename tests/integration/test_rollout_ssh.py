@@ -117,7 +117,9 @@ def test_a_rollout_over_real_ssh_upgrades_three_hosts_and_rides_out_a_reboot(
         )  # fmt: skip
         down_polls = switches["ssh-canary-01"].down_polls
     output = done.stdout + done.stderr
-    assert done.returncode == 0, output[-6000:]
+    assert done.returncode == 0, (
+        output[-6000:] + "\nsshd's log ends:\n" + sshd.log.read_text()[-3000:]
+    )
 
     rollout = tmp_path / "reports/upgrades/over-ssh"
     document = json.loads((rollout / "rollout.json").read_text())

@@ -24,7 +24,9 @@ def rollout(tmp_path: Path, *limit: str) -> Rollout:
     inventory = tmp_path / "inventory.py"
     inventory.write_text(INVENTORY)
     directory = tmp_path / "rollout"
-    (directory / "audit-before" / "hosts").mkdir(parents=True)  # an audit that wrote nothing
+    # An audit that ran to its end (its register is written) with no snapshot.
+    (directory / "audit-before" / "hosts").mkdir(parents=True)
+    (directory / "audit-before" / "register.json").write_text("{}")
     opts = Options(inventory=str(inventory), target="535.161.08", limit=tuple(limit))
     return Rollout(opts, None, directory)
 
@@ -51,3 +53,50 @@ def test_the_limit_keeps_hosts_by_name_or_group(tmp_path: Path) -> None:
 def test_a_limit_that_matches_nothing_is_an_error(tmp_path: Path) -> None:
     with pytest.raises(RuntimeError, match=r"no host of the inventory .* matches --limit nothing"):
         rollout(tmp_path, "nothing").prepare()
+
+
+def test_an_audit_before_cut_short_is_kept_aside_and_taken_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    planned = rollout(tmp_path)
+    before = planned.dir / "audit-before"
+    (before / "register.json").unlink()  # a controller killed while the audit ran
+    (before / "hosts" / "sc-canary-01.json").write_text("{}")
+    audited: list[Path] = []
+
+    def audit(run_dir: Path, limit: object) -> None:
+        audited.append(run_dir)
+        (run_dir / "hosts").mkdir(parents=True)
+        (run_dir / "register.json").write_text("{}")
+
+    monkeypatch.setattr(planned, "_audit", audit)
+    planned.prepare()
+    assert audited == [before]
+    kept = planned.dir / "audit-before.incomplete"
+    assert (kept / "hosts" / "sc-canary-01.json").read_text() == "{}"
+    assert not (before / "hosts" / "sc-canary-01.json").exists()
+
+
+def test_once_the_journal_exists_the_audit_before_is_never_taken_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    planned = rollout(tmp_path)
+    (planned.dir / "audit-before" / "register.json").unlink()
+    (planned.dir / "journal.jsonl").write_text("")  # the rollout was planned and started
+    monkeypatch.setattr(planned, "_audit", lambda *_: pytest.fail("the audit before was taken"))
+    plan = planned.prepare()
+    planned_hosts = [h.name for stage in plan.stages for h in stage.hosts]
+    assert planned_hosts == ["@sim/sc-canary-01", "@sim/sc-wave1-01", "@sim/sc-wave1-02"]
+
+
+def test_a_resumed_controller_counts_its_audits_on_from_those_there(tmp_path: Path) -> None:
+    planned = rollout(tmp_path)
+    audits = planned.dir / "audits"
+    # The killed controller's audits: the canary's gate was being audited when it died.
+    for name in ("001-sc-canary-01-gate", "002-sc-wave1-01-gate"):
+        (audits / name / "hosts").mkdir(parents=True)
+    assert planned.audit_dir("@sim/sc-canary-01", "gate") == audits / "003-sc-canary-01-gate"
+    assert planned.audit_dir("@sim/sc-wave1-02", "gate") == audits / "004-sc-wave1-02-gate"
+    (tmp_path / "fresh").mkdir()
+    fresh = rollout(tmp_path / "fresh")
+    assert fresh.audit_dir("@sim/sc-canary-01", "gate").name == "001-sc-canary-01-gate"

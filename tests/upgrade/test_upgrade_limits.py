@@ -150,6 +150,8 @@ def test_the_plan_counts_the_hosts_already_unavailable():
     settings = UpgradeSettings(max_unavailable="50%", max_parallel=4)
     rollout = plan_rollout(hosts, "560.35.03", settings, ON)
     assert rollout.already_unavailable == {"b"} and rollout.unavailable_budget == 2
+    # A halt on a used-up budget names each host with why it counts.
+    assert rollout.out_of_service() == "b (not collected (unreachable): no route)"
     assert may_start("a", [], rollout.already_unavailable, settings, rollout.total_hosts)
     assert not may_start("c", ["a"], rollout.already_unavailable, settings, rollout.total_hosts)
 

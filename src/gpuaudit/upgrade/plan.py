@@ -145,6 +145,14 @@ class RolloutPlan:
     def already_unavailable(self) -> frozenset[str]:
         return frozenset(u.name for u in self.unavailable)
 
+    def out_of_service(self) -> str:
+        """'a (why; why), b (why)': the hosts out of service before the rollout, each with why
+        (empty when none is)."""
+        return ", ".join(
+            f"{u.name} ({'; '.join(u.reasons)})"
+            for u in sorted(self.unavailable, key=lambda u: u.name)
+        )
+
     @property
     def unavailable_budget(self) -> int:
         return self.settings.unavailable_budget(self.total_hosts)

@@ -52,6 +52,7 @@ from gpuaudit.upgrade.drain import drain_commands
 from gpuaudit.upgrade.gate_types import GateCheck, GateResult
 from gpuaudit.upgrade.gates import health_gate
 from gpuaudit.upgrade.journal import (
+    JOURNAL_FILE,
     HostOutcome,
     Journal,
     RolloutMeta,
@@ -121,7 +122,15 @@ class Rollout:
 
     def prepare(self) -> RolloutPlan:
         before_dir = self.dir / "audit-before"
-        if not (before_dir / "hosts").is_dir():
+        started = (self.dir / JOURNAL_FILE).exists()
+        if not started and not RunDir(before_dir).register_path.exists():
+            # No register: the audit never ran, or a controller killed during it left only
+            # part of the fleet's snapshots (the rest would be planned as out of service).
+            # No journal: nothing was touched yet, so that part is kept aside and the audit is
+            # run anew. Once a journal exists the audit before is what the rollout was planned
+            # from (and what a rollback returns to): it is never taken again.
+            if before_dir.exists():
+                before_dir.rename(_unused(self.dir / "audit-before.incomplete"))
             self._audit(before_dir, self.opts.limit)
         snapshots = RunDir(before_dir).load_snapshots()
         self.before = {s.host: s for s in snapshots}
@@ -179,11 +188,26 @@ class Rollout:
         if not (run_dir / "hosts").is_dir():
             raise RuntimeError(f"the audit wrote no snapshots: {done.stderr.strip()[-500:]}")
 
-    def audit_host(self, name: str, why: str) -> HostSnapshot | None:
+    def audit_dir(self, name: str, why: str) -> Path:
+        """A run directory no audit of this rollout has used: ``audits/NNN-<host>-<why>``.
+
+        A resumed controller counts on from the audits already there. Were a name reused, the
+        audit would write beside it (``…-2``) and the host would be judged by what the earlier
+        audit left: a snapshot from before, or none from an audit cut short by a kill.
+        """
+        audits = self.dir / "audits"
         with self._journal_lock:
-            self._audits += 1
-            run_id = f"{self._audits:03d}-{_safe(name.rpartition('/')[2])}-{why}"
-        run_dir = self.dir / "audits" / run_id
+            if not self._audits and audits.is_dir():
+                numbers = (p.name.partition("-")[0] for p in audits.iterdir())
+                self._audits = max((int(n) for n in numbers if n.isdigit()), default=0)
+            while True:
+                self._audits += 1
+                run_dir = audits / f"{self._audits:03d}-{_safe(name.rpartition('/')[2])}-{why}"
+                if not run_dir.exists():
+                    return run_dir
+
+    def audit_host(self, name: str, why: str) -> HostSnapshot | None:
+        run_dir = self.audit_dir(name, why)
         try:
             self._audit(run_dir, [name])
         except RuntimeError:
@@ -281,7 +305,7 @@ class Rollout:
         if budget < 1:
             self.progress.halt = (
                 f"max_unavailable ({self.plan.unavailable_budget}) is used up by hosts already "
-                f"out of service: {', '.join(sorted(self.plan.already_unavailable))}"
+                f"out of service: {self.plan.out_of_service()}"
             )
             return
         with ThreadPoolExecutor(max_workers=width) as pool:
@@ -579,6 +603,15 @@ def in_limit(entry: InventoryEntry, limit: Sequence[str]) -> bool:
     return any(fnmatch(name, pattern) for pattern in limit for name in (entry.name, *entry.groups))
 
 
+def _unused(path: Path) -> Path:
+    """``path``, or ``path-2``, ``path-3``…: the first that does not exist."""
+    candidate, n = path, 1
+    while candidate.exists():
+        n += 1
+        candidate = path.with_name(f"{path.name}-{n}")
+    return candidate
+
+
 def _safe(name: str) -> str:
     return "".join(c if c.isalnum() or c in "-_." else "_" for c in name)
 
@@ -614,8 +647,7 @@ def print_plan(plan: RolloutPlan, opts: Options) -> None:
         f"({len(plan.to_upgrade)} to upgrade, {len(plan.skipped)} skipped)"
     )
     budget = plan.unavailable_budget
-    out = ", ".join(sorted(plan.already_unavailable)) or "none"
-    print(f"  max unavailable {budget}; already out of service: {out}")
+    print(f"  max unavailable {budget}; already out of service: {plan.out_of_service() or 'none'}")
     for stage in plan.stages:
         print(f"stage {stage.name}:")
         for host in stage.hosts:
