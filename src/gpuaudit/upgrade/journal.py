@@ -399,6 +399,19 @@ class HostState:
     def is_finished(self, step: Step | str) -> bool:
         return _enum(Step, step) in self.finished_steps
 
+    @property
+    def failed(self) -> bool:
+        """The host failed in this rollout: rolled back, or failed and left as it stood."""
+        return self.outcome in (HostOutcome.ROLLED_BACK, HostOutcome.FAILED)
+
+    @property
+    def out_of_service(self) -> bool:
+        """Left out of service by this rollout: failed and not restored (left drained), or
+        rolled back but not undrained. A host being upgraded is counted by the controller."""
+        if self.outcome is HostOutcome.FAILED:
+            return True
+        return self.outcome is HostOutcome.ROLLED_BACK and not self.is_finished(Step.UNDRAIN)
+
 
 @dataclass(frozen=True)
 class RolloutState:

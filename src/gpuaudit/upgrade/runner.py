@@ -14,13 +14,16 @@ What it does, in order:
    after each, so ``--resume`` carries on after the controller died without repeating a
    finished step.
 3. Per stage, canary first, per host (at most ``max_parallel`` at once, and never more hosts
-   unavailable than ``max_unavailable`` allows, counting those already out of service): drain
+   unavailable than ``max_unavailable`` allows, counting those out of service before the
+   rollout and those it left out: :func:`gpuaudit.upgrade.limits.may_start`): drain
    through the site's hook, then the steps of ``deploys/driver_upgrade.py`` (stop services,
    unpin, install, pin, reload — or reboot where the reload is refused or the policy says so —,
    start services), then the health gate: a fresh audit of the host against the one before
    (:func:`gpuaudit.upgrade.gates.health_gate`), then undrain.
 4. A failed gate rolls the host back to the version it had (and pins it there), re-checks it,
-   and halts the rollout once the stage's failure budget is spent: no further host is started.
+   and halts the rollout once a failure budget is spent (the canary's, or the waves' together,
+   counted from the journal: :func:`gpuaudit.upgrade.limits.halt_reason`): no further host is
+   started.
    An inconclusive gate pauses the rollout for a person (``--resume`` re-runs the gate).
 
 Exit status: 0 completed (or a dry run), 1 halted, 4 paused, 3 another controller holds the
@@ -37,7 +40,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from datetime import date, datetime, timezone
 from functools import partial
@@ -61,7 +64,14 @@ from gpuaudit.upgrade.journal import (
     write_rollout_json,
 )
 from gpuaudit.upgrade.lease import Lease, LeaseHeld, acquire
-from gpuaudit.upgrade.plan import HostPlan, InventoryHost, RolloutPlan, plan_rollout
+from gpuaudit.upgrade.plan import (
+    HostPlan,
+    InventoryHost,
+    RolloutPlan,
+    halt_reason,
+    may_start,
+    plan_rollout,
+)
 from gpuaudit.upgrade.report import write_rollout_report
 
 EXIT_HALTED, EXIT_LEASE, EXIT_PAUSED = 1, 3, 4
@@ -96,7 +106,6 @@ def default_deploy() -> Path:
 class Progress:
     """What the running controller counts while hosts run side by side."""
 
-    failed: dict[str, int] = field(default_factory=dict)  # per stage
     running: set[str] = field(default_factory=set)
     halt: str = ""
     pause: str = ""
@@ -299,21 +308,68 @@ class Rollout:
         return outcome in (HostOutcome.UPGRADED, HostOutcome.ROLLED_BACK, HostOutcome.FAILED)
 
     def _run_stage(self, stage: str, hosts: list[HostPlan], lease: Lease) -> None:
+        """Start the stage's hosts in order, each once :func:`may_start` allows it: at most
+        ``max_parallel`` at once, and never more hosts out of service than ``max_unavailable``
+        allows, counting those out before the rollout and those it left out (failed, not
+        restored). A host that may not start waits for a running one to end; when none runs,
+        it never could, and the rollout halts."""
         assert self.plan is not None
-        budget = self.plan.unavailable_budget - len(self.plan.already_unavailable)
-        width = max(1, min(self.settings.max_parallel, budget))
-        if budget < 1:
-            self.progress.halt = (
-                f"max_unavailable ({self.plan.unavailable_budget}) is used up by hosts already "
-                f"out of service: {self.plan.out_of_service()}"
-            )
-            return
-        with ThreadPoolExecutor(max_workers=width) as pool:
-            futures = []
-            for host in hosts:
-                futures.append(pool.submit(self._guarded_host, stage, host, lease))
-            for future in futures:
-                future.result()
+        pending = list(hosts)
+        running: dict[Future[None], str] = {}
+        with ThreadPoolExecutor(max_workers=self.settings.max_parallel) as pool:
+            while pending or running:
+                if pending and self._stopping():
+                    pending.clear()  # no further host is started
+                if pending:
+                    out = self._out_of_service_now()
+                    while pending:
+                        busy = set(running.values())
+                        decision = may_start(
+                            pending[0].name, busy, out - busy, self.settings, self.plan.total_hosts
+                        )
+                        if not decision:
+                            break
+                        host = pending.pop(0)
+                        running[pool.submit(self._guarded_host, stage, host, lease)] = host.name
+                    if pending and not running:
+                        self._halt(
+                            f"max_unavailable ({self.plan.unavailable_budget}) is used up by "
+                            f"hosts out of service: {self._describe_out(out)}"
+                        )
+                        pending.clear()
+                if not running:
+                    break
+                done, _ = wait(running, return_when=FIRST_COMPLETED)
+                for future in done:
+                    del running[future]
+                    future.result()
+
+    def _stopping(self) -> bool:
+        with self.progress.lock:
+            return bool(self.progress.halt or self.progress.pause)
+
+    def _halt(self, reason: str) -> None:
+        with self.progress.lock:
+            if not self.progress.halt:
+                self.progress.halt = reason
+
+    def _out_of_service_now(self) -> set[str]:
+        """Hosts out of service other than the running ones: those out before the rollout and
+        those it left out."""
+        assert self.plan is not None
+        state = load_state(self.dir)
+        left_out = {h.name for h in self.plan.hosts if state.host(h.name).out_of_service}
+        return set(self.plan.already_unavailable) | left_out
+
+    def _describe_out(self, out: set[str]) -> str:
+        """Each host of ``out`` with why it is out of service."""
+        assert self.plan is not None
+        before = {u.name: "; ".join(u.reasons) for u in self.plan.unavailable}
+        state = load_state(self.dir)
+        return ", ".join(
+            f"{name} ({before.get(name) or state.host(name).reason or 'failed in this rollout'})"
+            for name in sorted(out)
+        )
 
     def _guarded_host(self, stage: str, host: HostPlan, lease: Lease) -> None:
         with self.progress.lock:
@@ -328,14 +384,22 @@ class Rollout:
                 self.progress.running.discard(host.name)
         if ok:
             return
-        with self.progress.lock:
-            failed = self.progress.failed[stage] = self.progress.failed.get(stage, 0) + 1
-            allowed = self.settings.failure_budget_for(stage)
-            if failed > allowed and not self.progress.halt:
-                self.progress.halt = (
-                    f"{failed} host(s) failed in stage {stage}, more than its failure budget "
-                    f"({allowed}); last: {host.name}"
-                )
+        reason = self._over_failure_budget()
+        if reason:
+            self._halt(f"{reason}; last: {host.name} in stage {stage}")
+
+    def _over_failure_budget(self) -> str | None:
+        """Why the hosts this rollout failed exceed a budget (:func:`halt_reason`), counted
+        from the journal: a resumed controller counts the failures before it too."""
+        assert self.plan is not None
+        state = load_state(self.dir)
+        canary: list[str] = []
+        waves: list[str] = []
+        for host in self.plan.hosts:
+            if state.host(host.name).failed:
+                on_canary = host.stage == self.settings.canary_stage
+                (canary if on_canary else waves).append(host.name)
+        return halt_reason(self.settings, canary, waves)
 
     def _soak(self) -> None:
         if self.settings.soak_seconds <= 0 or self.progress.halt:
