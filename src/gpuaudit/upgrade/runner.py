@@ -54,6 +54,7 @@ from gpuaudit.report.run import RunDir
 from gpuaudit.upgrade.drain import drain_commands
 from gpuaudit.upgrade.gate_types import GateCheck, GateResult
 from gpuaudit.upgrade.gates import health_gate
+from gpuaudit.upgrade.host_checks import dcgm_diag_check, dcgm_diag_command, host_answer
 from gpuaudit.upgrade.journal import (
     JOURNAL_FILE,
     HostOutcome,
@@ -78,7 +79,6 @@ EXIT_HALTED, EXIT_LEASE, EXIT_PAUSED = 1, 3, 4
 # The steps of deploys/driver_upgrade.py a host goes through, between drain and gate.
 DEPLOY_STEPS = ("stop_services", "unpin", "install", "pin", "reload", "start_services")
 LEASE_TTL_S = 600
-_NOT_INSTALLED = "gpuaudit-gate: not installed"
 # A step's work: (True done | False failed | None skipped, detail).
 StepAction = Callable[[], "tuple[bool | None, str]"]
 
@@ -523,31 +523,36 @@ class Rollout:
         return health_gate(before, after, version, gpus, extra)
 
     def _gate_commands(self, name: str) -> tuple[GateCheck, ...]:
-        """DCGM's own diagnostic (``dcgmi diag -r <level>``) where the host has DCGM, and the
-        site's gate command, each run on the host; exit 0 passes."""
+        """DCGM's own diagnostic (``dcgmi diag -r <level>``, judged by the tests it reports)
+        and the site's gate command (exit 0 passes), each run on the host."""
         gate = self.settings.gate
         checks = []
         if gate.dcgm_diag_level is not None:
-            command = (
-                f"command -v dcgmi >/dev/null || exit 127; dcgmi diag -r {gate.dcgm_diag_level}"
-            )
+            done = self._on_host(name, dcgm_diag_command(gate.dcgm_diag_level))
+            said = done.stdout + done.stderr
+            answer = host_answer(said, name)
             checks.append(
-                self._host_check(name, "dcgm_diag", command, missing="dcgmi is not installed")
+                dcgm_diag_check(gate.dcgm_diag_level, answer, _pyinfra_summary(said, name))
             )
         if gate.command:
-            checks.append(self._host_check(name, "site_command", gate.command))
+            done = self._on_host(name, gate.command)
+            output = _pyinfra_summary(done.stdout + done.stderr, name)
+            evidence = {"command": gate.command, "output": output[-400:]}
+            if done.returncode == 0:
+                checks.append(
+                    GateCheck("site_command", "pass", f"{gate.command}: exit 0", evidence)
+                )
+            else:
+                checks.append(
+                    GateCheck(
+                        "site_command", "fail", f"{gate.command} failed on the host", evidence
+                    )
+                )
         return tuple(checks)
 
-    def _host_check(self, name: str, check: str, command: str, missing: str = "") -> GateCheck:
+    def _on_host(self, name: str, command: str) -> subprocess.CompletedProcess[str]:
         run = self._pyinfra(name, "exec", "--", "sh", "-c", shlex.quote(command))
-        done = _run(run, timeout=self.settings.gate.timeout_seconds)
-        output = _pyinfra_summary(done.stdout + done.stderr, name)
-        evidence = {"command": command, "output": output[-400:]}
-        if done.returncode == 0:
-            return GateCheck(check, "pass", f"{command}: exit 0", evidence)
-        if (missing and "exit 127" in done.stdout + done.stderr) or (missing and "127" in output):
-            return GateCheck(check, "not_checked", missing, evidence)
-        return GateCheck(check, "fail", f"{command} failed on the host", evidence)
+        return _run(run, timeout=self.settings.gate.timeout_seconds)
 
     def _roll_back(self, name: str, cause: str) -> bool:
         """Put the host back on the version it had, pinned as it was (a host whose pin was not
@@ -600,16 +605,31 @@ class Rollout:
 def _run(
     command: str | list[str], timeout: float | None = None, env: dict[str, str] | None = None
 ) -> subprocess.CompletedProcess[str]:
-    """Run a command on the controller (a string through the shell), its output captured."""
-    return subprocess.run(
-        command,
-        shell=isinstance(command, str),
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        env=env,
-        check=False,
-    )
+    """Run a command on the controller (a string through the shell), its output captured.
+
+    A command still running after ``timeout`` seconds is stopped and answers exit status 124
+    (as timeout(1) does) with what it had printed and a line saying so: a drain hook or a gate
+    check that hangs fails its step instead of ending the controller."""
+    try:
+        return subprocess.run(
+            command,
+            shell=isinstance(command, str),
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            env=env,
+            check=False,
+        )
+    except subprocess.TimeoutExpired as stopped:
+        said = [_text(stopped.stdout), _text(stopped.stderr)]
+        said.append(f"stopped after {timeout:g} s (the step's time limit)")
+        return subprocess.CompletedProcess(command, 124, said[0], "\n".join(said[1:]))
+
+
+def _text(output: str | bytes | None) -> str:
+    if isinstance(output, bytes):
+        return output.decode("utf-8", "replace")
+    return output or ""
 
 
 def _pin(host: HostPlan) -> str | None:
