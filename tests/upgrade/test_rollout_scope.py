@@ -5,6 +5,7 @@ contacted: the audit before the rollout is given)."""
 from __future__ import annotations
 
 import json
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -100,3 +101,30 @@ def test_a_resumed_controller_counts_its_audits_on_from_those_there(tmp_path: Pa
     (tmp_path / "fresh").mkdir()
     fresh = rollout(tmp_path / "fresh")
     assert fresh.audit_dir("@sim/sc-canary-01", "gate").name == "001-sc-canary-01-gate"
+
+
+def test_versions_reach_the_deploy_as_they_were_given(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A version the host reported goes back to it in --data: pyinfra reads each value as JSON.
+    from pyinfra_cli.util import parse_cli_arg
+
+    from gpuaudit.upgrade import runner
+
+    commands: list[list[str]] = []
+
+    def run(command: list[str], **_: object) -> subprocess.CompletedProcess[str]:
+        commands.append(command)
+        return subprocess.CompletedProcess(command, 0, "", "")
+
+    monkeypatch.setattr(runner, "_run", run)
+    reported = '550.54.15"; echo not a version'
+    rollout(tmp_path)._deploy("@sim/sc-wave1-01", "rollback", gpuaudit_rollback_version=reported)
+    (command,) = commands
+    data = dict(command[i + 1].split("=", 1) for i, arg in enumerate(command) if arg == "--data")
+    read = {key: parse_cli_arg(value) for key, value in data.items()}
+    assert read == {
+        "gpuaudit_step": "rollback",
+        "gpuaudit_target": "535.161.08",
+        "gpuaudit_rollback_version": reported,
+    }

@@ -32,6 +32,7 @@ lease, 2 bad arguments.
 
 from __future__ import annotations
 
+import json
 import os
 import shlex
 import socket
@@ -465,10 +466,10 @@ class Rollout:
             "--data",
             f"gpuaudit_step={step}",
             "--data",
-            f'gpuaudit_target="{self.opts.target}"',
+            f"gpuaudit_target={_json_text(self.opts.target)}",
         )
         for key, value in data.items():
-            command += ["--data", f'{key}="{value}"']
+            command += ["--data", f"{key}={_json_text(value)}"]
         env = dict(os.environ)
         if self.opts.policy:
             env["GPUAUDIT_POLICY"] = str(Path(self.opts.policy).resolve())
@@ -626,6 +627,12 @@ def _run(
         return subprocess.CompletedProcess(command, 124, said[0], "\n".join(said[1:]))
 
 
+def _json_text(value: str) -> str:
+    """A string as pyinfra's ``--data`` reads one back (a JSON string): a version the host
+    reported reaches the deploy as it was, whatever quotes it holds, never as a number."""
+    return json.dumps(value)
+
+
 def _text(output: str | bytes | None) -> str:
     if isinstance(output, bytes):
         return output.decode("utf-8", "replace")
@@ -663,8 +670,6 @@ class InventoryEntry:
 def inventory_hosts(inventory: str) -> list[InventoryEntry]:
     """The inventory's hosts in its own order, read by pyinfra's loader in a child process
     (loading pyinfra's CLI patches the interpreter for gevent)."""
-    import json
-
     done = _run([sys.executable, "-c", _INVENTORY_HOSTS, inventory])
     if done.returncode != 0:
         raise RuntimeError(f"cannot read the inventory {inventory}: {_tail(done.stderr)}")
