@@ -48,17 +48,23 @@ def drain_commands(settings: DrainSettings, host: str, version: str, undrain: bo
             f"--timeout={int(settings.timeout_seconds)}s",
         ]
     if settings.kind == "slurm":
+        # Each command fails when Slurm cannot be asked: a squeue that errs says nothing
+        # of the node's jobs, and a resume that errs leaves the node drained.
         if undrain:
             return [
-                f"scontrol show node -o {node} | grep -q 'Reason={REASON_PREFIX}' && "
-                f"scontrol update nodename={node} state=resume || true"
+                f"node=$(scontrol show node -o {node}) || exit 1; "
+                f'case "$node" in *"Reason={REASON_PREFIX}"*) '
+                f"scontrol update nodename={node} state=resume ;; "
+                f"*) echo {node}' is not drained by gpuaudit: left as it is' ;; esac"
             ]
         reason = shlex.quote(f"{REASON_PREFIX} driver upgrade to {version}")
         wait = int(settings.timeout_seconds)
         return [
             f"scontrol update nodename={node} state=drain reason={reason}",
-            f'i=0; while [ -n "$(squeue -h -w {node} -o %i)" ]; do '
-            f"i=$((i+1)); [ $i -le {wait} ] || exit 1; sleep 1; done",
+            f"i=0; while jobs=$(squeue -h -w {node} -o %i) || "
+            f"{{ echo 'squeue failed: the jobs on '{node}' are unknown' >&2; exit 1; }}; "
+            f'[ -n "$jobs" ]; do i=$((i+1)); [ $i -le {wait} ] || '
+            f"{{ echo {node}' still runs jobs:' $jobs >&2; exit 1; }}; sleep 1; done",
         ]
     if settings.kind == "command":
         template = settings.undrain_command if undrain else settings.command
