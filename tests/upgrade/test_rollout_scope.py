@@ -106,9 +106,8 @@ def test_a_resumed_controller_counts_its_audits_on_from_those_there(tmp_path: Pa
 def test_versions_reach_the_deploy_as_they_were_given(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # A version the host reported goes back to it in --data: pyinfra reads each value as JSON.
-    from pyinfra_cli.util import parse_cli_arg
-
+    # A version the host reported goes back to it in --data: pyinfra reads each value as JSON
+    # (pyinfra_cli.util.parse_cli_arg; importing pyinfra's CLI here would patch for gevent).
     from gpuaudit.upgrade import runner
 
     commands: list[list[str]] = []
@@ -122,7 +121,7 @@ def test_versions_reach_the_deploy_as_they_were_given(
     rollout(tmp_path)._deploy("@sim/sc-wave1-01", "rollback", gpuaudit_rollback_version=reported)
     (command,) = commands
     data = dict(command[i + 1].split("=", 1) for i, arg in enumerate(command) if arg == "--data")
-    read = {key: parse_cli_arg(value) for key, value in data.items()}
+    read = {key: json.loads(value) for key, value in data.items()}
     assert read == {
         "gpuaudit_step": "rollback",
         "gpuaudit_target": "535.161.08",
