@@ -123,6 +123,64 @@ def test_driver_that_does_not_answer_and_unreadable_parts() -> None:
     assert len(partial["problems"]) == 3
 
 
+A100_ROW = "0, NVIDIA A100-SXM4-80GB, 00000000:07:00.0, 0x20B210DE, Enabled, Enabled, Enabled"
+NO_CI = (6, "No compute instances found: Not Found")
+
+
+@pytest.mark.parametrize(
+    ("gi", "said"),
+    [
+        ((124, ""), "did not finish (exit 124): no output"),
+        ((9, "Failed to initialize NVML: Driver/library version mismatch"), "(exit 9): Failed"),
+        ((0, ""), "did not finish (exit 0): no output"),
+    ],
+)
+def test_a_listing_that_did_not_finish_leaves_the_instances_unknown(
+    gi: tuple[int, str], said: str
+) -> None:
+    # Read as "no instances", a timed-out `mig -lgi` had the operation create a second set of
+    # GPU instances beside the ones that exist.
+    state = read_mig_state(
+        framed(gpus=(0, A100_ROW), gi=gi, ci=NO_CI, apps=(0, ""), modules=(0, "nvidia"))
+    )
+    assert state["answered"] is True and state["instances_known"] is False
+    assert said in state["problems"][0]
+    plan = plan_mig(HostMig.from_facts(state, {}), "all-3g", CONFIGS["all-3g"])
+    assert plan.unknown and not plan.changes
+
+
+def test_a_listing_cut_off_mid_table_is_not_the_instances() -> None:
+    # The first rows of a real listing, then the timeout: the rows it printed are not all.
+    lgi = (FIXTURES / "mig" / "summerlo-a30-class-mig-lgi-4x-1g.6gb.txt").read_text()
+    cut = "\n".join(lgi.splitlines()[:-3])
+    state = read_mig_state(
+        framed(gpus=(0, A100_ROW), gi=(124, cut), ci=NO_CI, apps=(0, ""), modules=(0, "nvidia"))
+    )
+    assert state["instances_known"] is False
+    assert state["gpus"][0]["gpu_instances"] == []
+    whole = read_mig_state(
+        framed(gpus=(0, A100_ROW), gi=(0, lgi), ci=NO_CI, apps=(0, ""), modules=(0, "nvidia"))
+    )
+    assert whole["instances_known"] is True and len(whole["gpus"][0]["gpu_instances"]) == 4
+
+
+def test_a_process_line_that_cannot_be_placed_leaves_the_processes_unknown() -> None:
+    state = read_mig_state(
+        framed(
+            gpus=(0, A100_ROW),
+            gi=(6, "No GPU instances found: Not Found"),
+            ci=NO_CI,
+            apps=(0, "00000000:07:00.0, 4242, python3\n00000000:99:00.0, 77, hidden\n"),
+            modules=(0, "nvidia"),
+        )
+    )
+    assert state["instances_known"] is True and state["processes_known"] is False
+    assert state["gpus"][0]["processes"] == [{"pid": 4242, "name": "python3"}]
+    assert state["problems"] == [
+        "compute process line not understood: '00000000:99:00.0, 77, hidden'"
+    ]
+
+
 # --- the plan ---------------------------------------------------------------------------------
 
 CONFIGS = read_mig_configs(
@@ -325,3 +383,10 @@ def test_the_fact_script_runs_in_a_real_shell(tmp_path: Path) -> None:
     (root / "proc").mkdir(parents=True)
     (root / "proc" / "modules").write_text("nvidia_drm 77824 4 - Live 0x0\nnvidia 1 2 - Live 0x0\n")
     assert read()["nvidia_drm"] is True
+    # `timeout` killed `nvidia-smi mig -lgi`: the instances are unknown, not none.
+    fake.write_text(
+        fake.read_text().replace("  *mig*)", "  'mig -lgi') exit 124 ;;\n  *mig*)")
+    )
+    hung = read()
+    assert hung["answered"] and hung["instances_known"] is False
+    assert "nvidia-smi mig -lgi did not finish (exit 124): no output" in hung["problems"]

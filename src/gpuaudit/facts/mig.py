@@ -25,7 +25,7 @@ from pyinfra.api import FactBase
 from gpuaudit.collect import new_nonce
 from gpuaudit.model.snapshot import MigInstance, bus_key
 from gpuaudit.parsers.errors import ParseError
-from gpuaudit.parsers.mig import parse_mig_instances
+from gpuaudit.parsers.mig import parse_mig_instances, says_none_found
 from gpuaudit.parsers.values import clean
 
 QUERY_FIELDS = (
@@ -202,14 +202,27 @@ def _read_instances(
     problems: list[str],
 ) -> bool:
     """GPU and compute instances into each GPU; False when either listing is unreadable.
-    Both exit non-zero when there is nothing to list ("No MIG-enabled devices found."), which
-    the parser reads as no instances."""
+
+    A listing counts only when nvidia-smi finished it: exit status 0 with a table, or its
+    sentence for "nothing to list" ("No GPU instances found: Not Found", which it prints with
+    a non-zero status). A call that failed, timed out (124) or printed nothing leaves the
+    instances unknown: read as "no instances", it would have the operation create a second
+    set beside the ones that exist.
+    """
     read: dict[str, tuple[MigInstance, ...]] = {}
     for name in ("gi", "ci"):
         if name not in sections:
             return False
+        rc, text = sections[name]
+        if says_none_found(text):
+            read[name] = ()
+            continue
+        if rc != 0 or not text.strip():
+            said = _first_line(text) or "no output"
+            problems.append(f"nvidia-smi mig -l{name} did not finish (exit {rc}): {said}")
+            return False
         try:
-            read[name] = parse_mig_instances(sections[name][1])
+            read[name] = parse_mig_instances(text)
         except ParseError as exc:
             problems.append(f"nvidia-smi mig -l{name}: {exc}")
             return False
@@ -229,22 +242,28 @@ def _read_instances(
 def _read_processes(
     sections: dict[str, tuple[int | None, str]], gpus: list[dict[str, Any]], problems: list[str]
 ) -> bool:
+    """Compute processes into each GPU; False when the listing failed or holds a line that
+    cannot be placed on a GPU (a process the operation cannot see might hold the GPU it
+    would reset)."""
     rc, text = sections.get("apps", (None, ""))
     if rc != 0:
         problems.append(f"compute processes unreadable: {_first_line(text) or 'no answer'}")
         return False
     by_bus = {bus_key(gpu["bus_id"]): gpu for gpu in gpus}
+    known = True
     for line in text.splitlines():
+        if not line.strip() or line.startswith("No running processes found"):
+            continue
         # The process name comes last and may hold commas: split off the first two cells only.
         bus_id, _, rest = line.partition(",")
         pid, _, process_name = rest.partition(",")
         gpu = by_bus.get(bus_key(bus_id.strip()))
         if gpu is None or not pid.strip().isdigit():
-            if line.strip() and not line.startswith("No running processes found"):
-                problems.append(f"compute process line not understood: {line.strip()!r}")
+            problems.append(f"compute process line not understood: {line.strip()!r}")
+            known = False
             continue
         gpu["processes"].append({"pid": int(pid), "name": process_name.strip()})
-    return True
+    return known
 
 
 def _first_line(text: str) -> str:

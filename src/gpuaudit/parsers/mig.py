@@ -389,6 +389,15 @@ def _close_gpu(gpus: list[ListedGpu], migs: list[ListedMigDevice]) -> None:
         gpus[-1] = ListedGpu(last.index, last.name, last.uuid, tuple(migs))
 
 
+def says_none_found(text: str) -> bool:
+    """Whether a MIG listing is nvidia-smi's sentence for "nothing to list" (which it prints
+    with a non-zero exit status), as against an error or a table."""
+    text = text or ""
+    return bool(_NOTHING.search(text)) and not any(
+        _DATA_LINE.match(line) for line in text.splitlines()
+    )
+
+
 def _nothing_or_raise(text: str, what: str) -> None:
     if not (text or "").strip() or _NOTHING.search(text):
         return
