@@ -10,12 +10,18 @@ policy named by ``GPUAUDIT_POLICY`` or the inventory's ``gpuaudit_policy``, its 
 host's data); a rule the policy disables for the host, or whose risk a waiver accepts, is left
 alone and the plan says why:
 
-- GA401  persistence: nvidia-persistenced enabled and running (``nvidia-smi -pm 1`` only
-         where the daemon is absent); hosts whose driver is not loaded are left with the reason
 - GA106  driver packages pinned (apt preferences or dnf versionlock) and held, together
 - GA601  the sysctl baseline as one drop-in file, applied live
-- GA203  the MIG layout the policy names (``mig_config_name``), where one is named
+- GA203  the MIG layout the policy names (``mig_config_name``), where one is named; before
+         the two steps below, because a mode change that needs a GPU reset is refused while
+         nvidia-persistenced or DCGM holds the GPUs, and those steps start them
+- GA401  persistence: nvidia-persistenced enabled and running (``nvidia-smi -pm 1`` only
+         where the daemon is absent); hosts whose driver is not loaded are left with the reason
 - GA403  the DCGM units (skipped where host data sets ``monitoring_required: False``)
+
+A step that refuses a host (a MIG layout it cannot apply safely, a driver pin at another
+version than the one installed) fails that host's step with the reason; pyinfra runs no later
+step on that host, and the other hosts go on.
 """
 
 from __future__ import annotations
@@ -39,11 +45,11 @@ def fix(rule: str, name: str, operation: Callable[..., Any], **arguments: Any) -
         operation(name=name, **arguments)
 
 
-fix("GA401", "Enable GPU persistence mode", persistence.enable)
 fix("GA106", "Pin and hold the NVIDIA driver packages", driver.pin)
 fix("GA601", "Apply the sysctl baseline", sysctl.baseline)
 if settings.mig_config_name:
     fix("GA203", "Apply the MIG layout", mig.apply)
+fix("GA401", "Enable GPU persistence mode", persistence.enable)
 if host.data.get("monitoring_required") is not False:
     fix(
         "GA403",

@@ -384,9 +384,7 @@ def test_the_fact_script_runs_in_a_real_shell(tmp_path: Path) -> None:
     (root / "proc" / "modules").write_text("nvidia_drm 77824 4 - Live 0x0\nnvidia 1 2 - Live 0x0\n")
     assert read()["nvidia_drm"] is True
     # `timeout` killed `nvidia-smi mig -lgi`: the instances are unknown, not none.
-    fake.write_text(
-        fake.read_text().replace("  *mig*)", "  'mig -lgi') exit 124 ;;\n  *mig*)")
-    )
+    fake.write_text(fake.read_text().replace("  *mig*)", "  'mig -lgi') exit 124 ;;\n  *mig*)"))
     hung = read()
     assert hung["answered"] and hung["instances_known"] is False
     assert "nvidia-smi mig -lgi did not finish (exit 124): no output" in hung["problems"]

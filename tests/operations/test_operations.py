@@ -1,7 +1,8 @@
 """Data-driven operation tests in pyinfra's layout: tests/operations/<module.op>/<case>.json
 holds the operation's arguments, the facts the host reports, the host's inventory data
-(``host_data``, optional), and the commands it must yield or the reason it gives for changing
-nothing (``noop_description``).
+(``host_data``, optional), and the commands it must yield, the reason it gives for changing
+nothing (``noop_description``), the reason it refuses this host for (``refused``: one command
+that fails this host alone) or the text of the error wrong arguments raise (``error``).
 
 As in pyinfra's own tests/test_operations.py, the operation's inner generator runs against a
 stand-in host whose ``get_fact`` answers from the JSON, so no connection is made.
@@ -16,8 +17,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from ophelpers import refused
 from pyinfra.api import FileUploadCommand, FunctionCommand, StringCommand
-from pyinfra.api.exceptions import OperationError
+from pyinfra.api.exceptions import OperationValueError
 from pyinfra.context import ctx_host
 
 from gpuaudit.operations import persistence
@@ -92,12 +94,16 @@ def test_operation_case(case: Path) -> None:
     data = json.loads(case.read_text(encoding="utf-8"))
     call = (operation_named(case.parent.name), data["facts"], *data.get("args", []))
     options = {**data.get("kwargs", {}), "host_data": data.get("host_data")}
-    if "error" in data:  # the operation refuses: its exception message contains the text
-        with pytest.raises(OperationError) as refused:
+    if "error" in data:  # the arguments are wrong for every host: the operation raises
+        with pytest.raises(OperationValueError) as raised:
             run_operation(*call, **options)
-        assert data["error"] in str(refused.value)
+        assert data["error"] in str(raised.value)
         return
     commands, host = run_operation(*call, **options)
+    if "refused" in data:  # the operation refuses this host alone: its reason has the text
+        assert data["refused"] in refused(commands)
+        assert host.noops == []
+        return
     assert commands == data["commands"]
     if data["commands"]:
         assert host.noops == []

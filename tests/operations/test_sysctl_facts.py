@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from ophelpers import refused
 from pyinfra.api import OperationValueError
 from pyinfra.context import ctx_host
 
@@ -310,9 +311,7 @@ def test_shadows_are_logged_as_warnings(caplog: pytest.LogCaptureFixture) -> Non
 
 
 def test_not_a_regular_file_is_left_alone() -> None:
-    from pyinfra.api import OperationError
-
-    with pytest.raises(OperationError, match="not a regular file"):
-        run(sysctl.baseline, {**NEW_HOST, "File": False})
-    with pytest.raises(OperationError, match="not a regular file"):
-        run(sysctl.remove, {"File": False})
+    commands, _ = run(sysctl.baseline, {**NEW_HOST, "File": False})
+    assert refused(commands) == f"{OURS} exists but is not a regular file; not replacing it"
+    commands, _ = run(sysctl.remove, {"File": False})
+    assert refused(commands) == f"{OURS} exists but is not a regular file; not removing it"

@@ -18,7 +18,7 @@ from typing import TypeVar
 
 from pyinfra import host
 from pyinfra.api import FileUploadCommand, QuoteString, StringCommand, operation
-from pyinfra.api.exceptions import OperationError, OperationValueError
+from pyinfra.api.exceptions import OperationValueError
 from pyinfra.facts.deb import DebPackages
 from pyinfra.facts.rpm import RpmPackages
 from pyinfra.facts.server import Which
@@ -36,6 +36,7 @@ from gpuaudit.facts.packages import (
     versionlock_plugin,
 )
 from gpuaudit.facts.remediation import AptHolds
+from gpuaudit.operations.plan import refusal
 from gpuaudit.operations.settings import host_settings
 
 DEFAULT_PIN_FILE = "/etc/apt/preferences.d/gpuaudit-nvidia-driver"
@@ -168,23 +169,26 @@ def rpm_manager() -> str | None:
 
 def _selected(
     installed: dict[str, set[str]], regexes: list[re.Pattern[str]], version: str | None
-) -> dict[str, str]:
-    """The driver packages to pin; refuses when ``version`` is not the one installed."""
+) -> tuple[dict[str, str], StringCommand | None]:
+    """The driver packages to pin, and the refusal to yield instead when ``version`` is not
+    the one installed."""
     packages = driver_packages(installed, regexes)
-    if version is not None:
-        others = version_mismatches(packages, version)
-        if others:
-            listed = ", ".join(f"{name} {v}" for name, v in others.items())
-            raise OperationError(
-                f"cannot pin driver {version}: installed driver packages are at other "
-                f"versions ({listed}); pinning installs nothing, so install {version} first "
-                "(the staged upgrade installs, then pins)"
-            )
-    return packages
+    others = version_mismatches(packages, version) if version is not None else {}
+    if not others:
+        return packages, None
+    listed = ", ".join(f"{name} {v}" for name, v in others.items())
+    return packages, refusal(
+        f"cannot pin driver {version}: installed driver packages are at other "
+        f"versions ({listed}); pinning installs nothing, so install {version} first "
+        "(the staged upgrade installs, then pins)"
+    )
 
 
 def _pin_apt(version: str | None, regexes: list[re.Pattern[str]], pin_file: str) -> Commands:
-    packages = _selected(host.get_fact(DebPackages), regexes, version)
+    packages, refused = _selected(host.get_fact(DebPackages), regexes, version)
+    if refused:
+        yield refused
+        return
     if not packages:
         host.noop("no NVIDIA driver package is installed")
         return
@@ -217,7 +221,10 @@ def _unpin_apt(regexes: list[re.Pattern[str]], pin_file: str) -> Commands:
 
 
 def _pin_rpm(manager: str, version: str | None, regexes: list[re.Pattern[str]]) -> Commands:
-    packages = _selected(host.get_fact(RpmPackages), regexes, version)
+    packages, refused = _selected(host.get_fact(RpmPackages), regexes, version)
+    if refused:
+        yield refused
+        return
     if not packages:
         host.noop("no NVIDIA driver package is installed")
         return

@@ -3,24 +3,23 @@
 from __future__ import annotations
 
 from collections.abc import Generator
-from typing import Any
 
 from pyinfra import host
-from pyinfra.api import operation
-from pyinfra.api.exceptions import OperationError
+from pyinfra.api import StringCommand, operation
 
 from gpuaudit.facts.mig import MigState
 from gpuaudit.facts.remediation import SystemdUnits
-from gpuaudit.model.mig_spec import MigEntry, MigSpecError, read_mig_configs
+from gpuaudit.model.mig_spec import MigSpecError, read_mig_configs
 from gpuaudit.operations.mig_commands import plan_commands
 from gpuaudit.operations.mig_plan import UNITS, HostMig, MigPlan, format_gpus, plan_mig
+from gpuaudit.operations.plan import refusal
 from gpuaudit.operations.settings import host_settings
 
 
 @operation()
 def apply(
     config: str | None = None, assert_only: bool = False, stop_services: bool | None = None
-) -> Generator[str, None, None]:
+) -> Generator[str | StringCommand, None, None]:
     """
     Bring the host's GPUs to a MIG layout of the site's mig-parted configs, touching only the
     GPUs that differ.
@@ -52,10 +51,15 @@ def apply(
         host.noop("no MIG config is named for this host (mig_config_name); nothing to apply")
         return
     name = str(name)
-    configs = _configs()
+    try:
+        configs = read_mig_configs(dict(settings.mig_configs))
+    except MigSpecError as exc:
+        yield refusal(f"mig_configs: {exc}")
+        return
     if name not in configs:
         known = ", ".join(sorted(configs)) or "none"
-        raise OperationError(f"MIG config {name!r} is not in mig_configs (known: {known})")
+        yield refusal(f"MIG config {name!r} is not in mig_configs (known: {known})")
+        return
     facts = host.get_fact(MigState)
     if not facts.get("answered"):
         problem = facts.get("problem")
@@ -64,9 +68,11 @@ def apply(
     units = host.get_fact(SystemdUnits, units=list(UNITS))
     plan = plan_mig(HostMig.from_facts(facts, units), name, configs[name], stop_services)
     if plan.unknown:
-        raise OperationError(_refusal(plan, "cannot be judged", plan.unknown))
+        yield refusal(_refusal(plan, "cannot be judged", plan.unknown))
+        return
     if plan.impossible:
-        raise OperationError(_refusal(plan, "cannot be applied", plan.impossible))
+        yield refusal(_refusal(plan, "cannot be applied", plan.impossible))
+        return
     if not plan.matched:
         host.noop(f"MIG config {name} has no entry for any GPU of this host")
         return
@@ -76,19 +82,12 @@ def apply(
         return
     differences = [f"GPU {c.index}: {'; '.join(c.differences)}" for c in plan.changes]
     if assert_only:
-        raise OperationError(_refusal(plan, "is not applied", differences))
+        yield refusal(_refusal(plan, "is not applied", differences))
+        return
     if plan.refusals:
-        raise OperationError(_refusal(plan, "not applied, nothing changed", plan.refusals))
+        yield refusal(_refusal(plan, "not applied, nothing changed", plan.refusals))
+        return
     yield from plan_commands(plan)
-
-
-def _configs() -> dict[str, tuple[MigEntry, ...]]:
-    """The host's mig-parted configs: the site policy's ``mig-configs`` (or host data's)."""
-    raw: Any = dict(host_settings().mig_configs)
-    try:
-        return read_mig_configs(raw)
-    except MigSpecError as exc:
-        raise OperationError(f"mig_configs: {exc}") from exc
 
 
 def _refusal(plan: MigPlan, verdict: str, reasons: tuple[str, ...] | list[str]) -> str:

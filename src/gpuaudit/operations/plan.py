@@ -1,11 +1,12 @@
-"""What a remediation run leaves alone on purpose, shown in its plan like any other step."""
+"""What a remediation run leaves alone on purpose, shown in its plan like any other step: a
+fix the site policy skips, and a host an operation refuses to change."""
 
 from __future__ import annotations
 
 from collections.abc import Generator
 
-from pyinfra import host
-from pyinfra.api import OperationValueError, StringCommand, operation
+from pyinfra import host, logger
+from pyinfra.api import OperationValueError, QuoteString, StringCommand, operation
 
 
 @operation(is_idempotent=True)
@@ -28,3 +29,19 @@ def skipped(rule: str, reason: str) -> Generator[StringCommand, None, None]:
         raise OperationValueError("plan.skipped needs a rule and a reason")
     host.noop(reason)
     yield from ()
+
+
+def refusal(reason: str) -> StringCommand:
+    """
+    The one command an operation yields, in place of its changes, when it refuses this host:
+    it prints the reason on the host's stderr and exits 1.
+
+    pyinfra then fails this operation on this host alone and goes on with the other hosts;
+    an exception raised by the operation would end the run for every host of the inventory
+    (and leave ``--dry`` listing nothing). The reason is logged when the operation is read,
+    so ``--dry`` says it too, and pyinfra shows the stderr line when the command fails.
+    """
+    logger.warning(f"{host.name}: refused: {reason}")
+    return StringCommand(
+        "printf", "'%s\\n'", QuoteString(f"refused: {reason}"), ">&2;", "exit", "1"
+    )

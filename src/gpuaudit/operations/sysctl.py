@@ -17,7 +17,6 @@ from typing import Any
 from pyinfra import host, logger
 from pyinfra.api import (
     FileUploadCommand,
-    OperationError,
     OperationValueError,
     QuoteString,
     StringCommand,
@@ -34,6 +33,7 @@ from gpuaudit.facts.sysctl import (
     dotted,
     proc_path,
 )
+from gpuaudit.operations.plan import refusal
 from gpuaudit.operations.settings import host_settings
 
 DEFAULT_PATH = "/etc/sysctl.d/90-gpuaudit.conf"
@@ -94,7 +94,8 @@ def baseline(
     content = render(wanted)
     remote = host.get_fact(File, path=path)
     if remote is False:
-        raise OperationError(f"{path} exists but is not a regular file; not replacing it")
+        yield refusal(f"{path} exists but is not a regular file; not replacing it")
+        return
     current = host.get_fact(FileContents, path=path) if remote else None
     if not remote or current is None or list(current) != content.splitlines():
         if not remote:  # a minimal host may lack the directory
@@ -164,7 +165,8 @@ def remove(path: str = DEFAULT_PATH) -> Generator[StringCommand, None, None]:
     path = _validated_path(path)
     remote = host.get_fact(File, path=path)
     if remote is False:
-        raise OperationError(f"{path} exists but is not a regular file; not removing it")
+        yield refusal(f"{path} exists but is not a regular file; not removing it")
+        return
     if remote:
         yield StringCommand("rm", "-f", QuoteString(path))
     else:

@@ -22,7 +22,7 @@ from collections.abc import Generator, Iterable, Mapping
 
 from pyinfra import host, logger
 from pyinfra.api import FunctionCommand, QuoteString, StringCommand, operation
-from pyinfra.api.exceptions import ConnectError, OperationError, OperationValueError
+from pyinfra.api.exceptions import ConnectError, OperationValueError
 from pyinfra.api.host import Host
 from pyinfra.connectors.util import clear_askpass_cache, remove_any_sudo_askpass_file
 from pyinfra.facts.deb import DebPackages
@@ -33,6 +33,7 @@ from gpuaudit.facts.packages import driver_packages, version_mismatches
 from gpuaudit.facts.remediation import NvidiaDriverVersion
 from gpuaudit.facts.upgrade import AptPolicyVersions, BootId, NvidiaModuleVersion
 from gpuaudit.operations.driver import by_package_manager, driver_regexes
+from gpuaudit.operations.plan import refusal
 from gpuaudit.operations.services import installed_units
 from gpuaudit.rules.versions import is_driver_version, version_key
 
@@ -153,7 +154,10 @@ def install_driver(
 
 
 def _install_apt(version: str, regexes: list[re.Pattern[str]], update: bool) -> Commands:
-    installed = _installed_driver(host.get_fact(DebPackages), regexes)
+    installed = driver_packages(host.get_fact(DebPackages), regexes)
+    if not installed:
+        yield refusal(NO_DRIVER_PACKAGE)
+        return
     targets = target_packages(installed, version)
     if _already_at(installed, targets, version):
         return
@@ -166,11 +170,12 @@ def _install_apt(version: str, regexes: list[re.Pattern[str]], update: bool) -> 
             f"{name} ({'offers ' + ', '.join(found) if found else 'unknown to apt'})"
             for name, found in missing.items()
         )
-        raise OperationError(
+        yield refusal(
             f"cannot install driver {version}: the host's apt repositories offer no "
             f"{version} for {listed}. Add the repository that carries it, or refresh the "
             "index (update=True, host data gpuaudit_apt_update)"
         )
+        return
     yield StringCommand(
         "DEBIAN_FRONTEND=noninteractive",
         "apt-get",
@@ -187,7 +192,10 @@ def _install_apt(version: str, regexes: list[re.Pattern[str]], update: bool) -> 
 
 
 def _install_rpm(manager: str, version: str, regexes: list[re.Pattern[str]]) -> Commands:
-    installed = _installed_driver(host.get_fact(RpmPackages), regexes)
+    installed = driver_packages(host.get_fact(RpmPackages), regexes)
+    if not installed:
+        yield refusal(NO_DRIVER_PACKAGE)
+        return
     targets = target_packages(installed, version)
     if _already_at(installed, targets, version):
         return
@@ -203,16 +211,10 @@ def _install_rpm(manager: str, version: str, regexes: list[re.Pattern[str]]) -> 
     )
 
 
-def _installed_driver(
-    installed: Mapping[str, Iterable[str]], regexes: list[re.Pattern[str]]
-) -> dict[str, str]:
-    packages = driver_packages(installed, regexes)
-    if not packages:
-        raise OperationError(
-            "no NVIDIA driver package is installed: install_driver moves the installed driver "
-            "packages to another version and chooses no packages of its own"
-        )
-    return packages
+NO_DRIVER_PACKAGE = (
+    "no NVIDIA driver package is installed: install_driver moves the installed driver "
+    "packages to another version and chooses no packages of its own"
+)
 
 
 def _already_at(installed: dict[str, str], targets: list[str], version: str) -> bool:
@@ -281,10 +283,11 @@ def reload_driver() -> Commands:
     """
     installed = host.get_fact(NvidiaModuleVersion)
     if installed is None:
-        raise OperationError(
+        yield refusal(
             "no NVIDIA kernel module is installed for the running kernel (modinfo nvidia finds "
             "none): nothing to load; the driver's DKMS build may have failed"
         )
+        return
     loaded = host.get_fact(NvidiaDriverVersion)
     if loaded == installed:
         host.noop(f"NVIDIA driver {installed} already loaded")
