@@ -79,3 +79,20 @@ def test_fix_shadows_comments_out_a_later_file_in_the_root(debroot) -> None:
     assert second.returncode == 0, second.output
     assert not second.changed("Keep the sysctl baseline"), second.output
     assert controller_sysctl() == before
+
+
+def test_a_masked_vendor_file_is_left_as_it_is(debroot) -> None:
+    # sysctl.d(5): a link to /dev/null in /etc masks the vendor file of its name, which is then
+    # not read at boot, so its value is no shadow to comment out.
+    vendor = debroot.path / "usr" / "lib" / "sysctl.d" / "95-vendor.conf"
+    vendor.parent.mkdir(parents=True, exist_ok=True)
+    vendor.write_text("vm.swappiness = 60\n")
+    mask = debroot.path / "etc" / "sysctl.d" / "95-vendor.conf"
+    mask.symlink_to("/dev/null")
+    deploy = DEPLOY.replace("apply=False", "apply=False, fix_shadows=True")
+
+    first = debroot.pyinfra(deploy)
+    assert first.returncode == 0, first.output
+    assert "95-vendor.conf" not in first.output
+    assert vendor.read_text() == "vm.swappiness = 60\n"
+    assert os.readlink(mask) == "/dev/null"

@@ -14,7 +14,13 @@ from ophelpers import refused
 from pyinfra.api import OperationValueError
 from pyinfra.context import ctx_host
 
-from gpuaudit.facts.sysctl import SysctlDropins, dotted, parse_assignment, proc_path
+from gpuaudit.facts.sysctl import (
+    SysctlConfFiles,
+    SysctlDropins,
+    dotted,
+    parse_assignment,
+    proc_path,
+)
 from gpuaudit.operations import sysctl
 from gpuaudit.operations.sysctl import (
     boot_problem,
@@ -88,6 +94,39 @@ def test_dropins_command_output_parses_on_a_real_tree(tmp_path: Path) -> None:
         ("usr/lib/sysctl.d/50-default.conf", "net/core/rmem_max", "3"),
         ("etc/sysctl.d/10-x.conf", "net.core.rmem_max_other", "4"),  # fixed-string match
     }
+
+
+def test_conf_files_lists_every_file_a_mask_and_a_link_included(tmp_path: Path) -> None:
+    # The command as the host runs it, with its directories moved under tmp_path.
+    (tmp_path / "etc/sysctl.d").mkdir(parents=True)
+    (tmp_path / "usr/lib/sysctl.d").mkdir(parents=True)
+    (tmp_path / "usr/lib/sysctl.d/50-vendor.conf").write_text("net.core.rmem_max = 3\n")
+    (tmp_path / "etc/sysctl.d/50-vendor.conf").symlink_to("/dev/null")  # masked
+    (tmp_path / "etc/sysctl.d/60-empty.conf").write_text("")
+    (tmp_path / "etc/sysctl.d/70-dangling.conf").symlink_to("/nonexistent/x.conf")
+    (tmp_path / "etc/sysctl.d/README").write_text("not a .conf file\n")
+    raw = SysctlConfFiles().command()
+    moved = raw.replace(" /", f" {tmp_path}/")
+    run = subprocess.run(["sh", "-c", moved], capture_output=True, text=True, check=False)
+    assert (run.returncode, run.stderr) == (0, "")
+    listed = [Path(f).relative_to(tmp_path).as_posix() for f in SysctlConfFiles().process(
+        run.stdout.splitlines()
+    )]  # fmt: skip
+    assert listed == [
+        "etc/sysctl.d/50-vendor.conf",
+        "etc/sysctl.d/60-empty.conf",
+        "etc/sysctl.d/70-dangling.conf",
+        "usr/lib/sysctl.d/50-vendor.conf",
+    ]
+    assert SysctlConfFiles().process([]) == SysctlConfFiles.default() == []
+
+
+def test_a_masked_or_overridden_vendor_file_is_not_read_so_not_a_shadow() -> None:
+    vendor = ("/usr/lib/sysctl.d/95-vendor.conf", "net.core.rmem_max", "212992")
+    assert find_shadows(OURS, WANT, [vendor]) == [vendor]
+    # /etc/sysctl.d/95-vendor.conf (a link to /dev/null, or a file setting neither key) is
+    # read in its place.
+    assert find_shadows(OURS, WANT, [vendor], ["/etc/sysctl.d/95-vendor.conf"]) == []
 
 
 def test_key_spellings() -> None:
@@ -246,7 +285,7 @@ def run(op: Any, facts: dict[str, Any], data: dict[str, Any] | None = None, **kw
         return list(op._inner(**kwargs)), host
 
 
-NEW_HOST = {"File": None, "SysctlDropins": [], "Sysctl": {}}
+NEW_HOST = {"File": None, "SysctlDropins": [], "SysctlConfFiles": [], "Sysctl": {}}
 
 
 @pytest.mark.parametrize(
@@ -297,6 +336,7 @@ def test_shadows_are_logged_as_warnings(caplog: pytest.LogCaptureFixture) -> Non
         "File": {"mode": 644},
         "FileContents": render(WANT).splitlines(),
         "SysctlDropins": [("/etc/sysctl.d/99-override.conf", "net.core.rmem_max", "212992")],
+        "SysctlConfFiles": ["/etc/sysctl.d/99-override.conf"],
         "Sysctl": {"net.core.rmem_max": 134217728, "net.core.wmem_max": 134217728},
     }
     with caplog.at_level(logging.WARNING, logger="pyinfra"):

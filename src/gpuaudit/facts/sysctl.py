@@ -76,7 +76,9 @@ class SysctlDropins(FactBase[list[Assignment]]):
 
     The files are ``*.conf`` in each of :data:`SYSCTL_DIRS` and ``/etc/sysctl.conf``, whether
     or not they are read at boot (a file hidden by one of the same name elsewhere is listed
-    too; :func:`gpuaudit.operations.sysctl.load_order` tells which are read). A key is listed
+    too; :func:`gpuaudit.operations.sysctl.load_order` tells which are read, given every file
+    :class:`SysctlConfFiles` lists, since a file that sets none of the keys can hide one that
+    does). A key is listed
     as the file spells it (dots or slashes), without the ``-`` prefix; commented lines are
     left out. The lines are picked by the keys as fixed strings, in both spellings, so a glob
     pattern elsewhere that matches a key is not listed.
@@ -116,3 +118,37 @@ class SysctlDropins(FactBase[list[Assignment]]):
             if assignment is not None:
                 found.append((path, *assignment))
         return found
+
+
+class SysctlConfFiles(FactBase[list[str]]):
+    """
+    Every configuration file ``sysctl --system`` might read, whatever it holds: ``*.conf`` in
+    each of :data:`SYSCTL_DIRS` (links included, a link to /dev/null too) and
+    ``/etc/sysctl.conf``.
+
+    .. code:: python
+
+        ["/etc/sysctl.d/50-vendor.conf", "/etc/sysctl.d/90-gpuaudit.conf",
+         "/usr/lib/sysctl.d/50-vendor.conf", "/etc/sysctl.conf"]
+
+    :class:`SysctlDropins` lists only the files that set a key. A file of the same name in a
+    more important directory hides one that does, even when it sets nothing: an empty file,
+    or a link to /dev/null, which is how sysctl.d(5) says a vendor file is masked. Without
+    this list such a hidden file would count as read at boot.
+    """
+
+    @staticmethod
+    def default() -> list[str]:
+        return []
+
+    def command(self) -> str:
+        # The globs stay unquoted so the shell expands them; a directory without files leaves
+        # the pattern itself, which neither test finds.
+        files = " ".join([f"{directory}/*.conf" for directory in SYSCTL_DIRS] + [SYSCTL_CONF])
+        return (
+            f"for ga_f in {files}; do "
+            'if [ -e "$ga_f" ] || [ -L "$ga_f" ]; then printf \'%s\\n\' "$ga_f"; fi; done'
+        )
+
+    def process(self, output: list[str]) -> list[str]:
+        return [line for line in (raw.rstrip("\r\n") for raw in output) if line.startswith("/")]

@@ -29,6 +29,7 @@ from gpuaudit.facts.sysctl import (
     SYSCTL_CONF,
     SYSCTL_DIRS,
     Assignment,
+    SysctlConfFiles,
     SysctlDropins,
     dotted,
     proc_path,
@@ -110,12 +111,13 @@ def baseline(
 
     notes: list[str] = []
     assignments = host.get_fact(SysctlDropins, keys=list(wanted))
-    unread = boot_problem(path, (file for file, _, _ in assignments))
+    files = [*host.get_fact(SysctlConfFiles), *(file for file, _, _ in assignments)]
+    unread = boot_problem(path, files)
     if unread:
         logger.warning(f"sysctl baseline: {unread}")
         notes.append(unread)
 
-    shadows = find_shadows(path, wanted, assignments)
+    shadows = find_shadows(path, wanted, assignments, files)
     for file, key, value in shadows:
         want = wanted[_key_for(wanted, key)]
         action = (
@@ -279,7 +281,10 @@ def boot_problem(path: str, files: Iterable[str] = ()) -> str | None:
 
 
 def find_shadows(
-    path: str, wanted: Mapping[str, str], assignments: Iterable[Assignment]
+    path: str,
+    wanted: Mapping[str, str],
+    assignments: Iterable[Assignment],
+    files: Iterable[str] = (),
 ) -> list[Assignment]:
     """The assignments that undo a wanted value at boot, in the order they are read.
 
@@ -287,10 +292,12 @@ def find_shadows(
     from the wanted one; every such assignment with another value is listed (removing only
     the last would let the one before it win). Files read before ``path`` lose to it; a file
     with the same name as ``path`` in a more important directory hides ``path`` itself, and
-    then every value read counts.
+    then every value read counts. ``files`` are the other configuration files known
+    (:class:`~gpuaudit.facts.sysctl.SysctlConfFiles`): one that sets no wanted key still
+    hides a file of its name in a less important directory, whose values then are not read.
     """
     assignments = list(assignments)
-    order = load_order([path, *(file for file, _, _ in assignments)])
+    order = load_order([path, *files, *(file for file, _, _ in assignments)])
     rank = {file: index for index, file in enumerate(order)}
     start = rank[path] + 1 if path in rank else 0
     later = sorted(
