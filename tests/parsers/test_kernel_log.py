@@ -153,3 +153,55 @@ def test_resolve_leaves_unknown_bus_unresolved_and_handles_domains() -> None:
     events = resolve_gpus(events_of("gpud-xid145-xid149-nvlink-rlw-netir-gb200.log"), gpus)
     by_bus = {e.pci_bus_id: e.gpu_index for e in events}
     assert by_bus == {"0008:01:00.0": 0, "0018:01:00.0": 1, "0019:01:00.0": None}
+
+
+# On a MIG GPU the driver names the GPU instance (and the compute instance) inside the
+# parenthesis: the format strings of kernel_rc.c in NVIDIA/open-gpu-kernel-modules, and the
+# XID 94 example of NVIDIA's "GPU Memory Error Management" guide (the first line below).
+@pytest.mark.parametrize(
+    ("line", "code", "bus", "message"),
+    [
+        (
+            "NVRM: Xid (PCI:0000:01:00 GPU-I:05): 94, pid=7194, Contained: CE User Channel "
+            "(0x9). RST: No, D-RST: No",
+            94,
+            "0000:01:00.0",
+            "GPU-I:05, pid=7194, Contained: CE User Channel (0x9). RST: No, D-RST: No",
+        ),
+        (
+            "[ 4021.117603] NVRM: Xid (PCI:0000:3b:00 GPU-I:01 GPU-CI:02): 13, pid=9, name=a, "
+            "Graphics Exception",
+            13,
+            "0000:3B:00.0",
+            "GPU-I:01 GPU-CI:02, pid=9, name=a, Graphics Exception",
+        ),
+    ],
+)
+def test_xid_on_a_mig_instance_is_an_xid_of_its_gpu(
+    line: str, code: int, bus: str, message: str
+) -> None:
+    (event,) = parse_kernel_log(line)
+    assert (event.kind, event.code, event.pci_bus_id) == ("xid", code, bus)
+    assert event.message == message  # the instance the driver named stays in the message
+    (resolved,) = resolve_gpus((event,), (Gpu(index=3, pci_bus_id=bus),))
+    assert resolved.gpu_index == 3
+
+
+# Derived from gpud-xid13-xid43-dmesg-decode-iso.log: the same line as ``dmesg --decode``
+# prints it with its default time format, and with -T, instead of --time-format=iso. The
+# facility and level come before the stamp, which is still the line's time.
+@pytest.mark.parametrize(
+    ("stamp", "expected"),
+    [
+        ("[ 7311.283302]", "[ 7311.283302]"),
+        ("[Tue Jan 21 04:41:44 2025]", "[Tue Jan 21 04:41:44 2025]"),
+        ("2025-01-21T04:41:44,283302+00:00", "2025-01-21T04:41:44,283302+00:00"),
+    ],
+)
+def test_dmesg_decode_prefix_keeps_the_stamp_after_it(stamp: str, expected: str) -> None:
+    line = (
+        f"kern  :warn  : {stamp} NVRM: Xid (PCI:0000:38:00): 13, pid='<unknown>', "
+        "name=<unknown>, Graphics SM Global Exception on (GPC 8, TPC 5, SM 1): Multiple Warp Errors"
+    )
+    (event,) = parse_kernel_log(line)
+    assert (event.code, event.pci_bus_id, event.timestamp) == (13, "0000:38:00.0", expected)

@@ -365,3 +365,22 @@ def test_every_existing_capture_reads_without_warnings_except_known_ones() -> No
     for path in sorted(KLOG.glob("*.log")):
         _, warnings = parsed(path.read_text(encoding="utf-8"))
         assert bool(warnings) == (path.name in noisy), path.name
+
+
+def test_an_xid_between_the_lines_of_a_stamped_notice_is_its_own_event() -> None:
+    # Derived from issue-akash-support-209: the crash-dump notice with a stamp on every line
+    # (older kernels), and a second GPU's XID 79 printed between its first two lines, as when
+    # two GPUs behind one PCIe switch drop at once. The notice's lines may join each other,
+    # never an XID.
+    stamp = "[Fri Apr  5 21:29:39 2024]"
+    lines = read(
+        "issue-akash-support-209-xid79-fallen-off-bus-followup-crash-dump-dmesg-T.log"
+    ).splitlines()
+    notice = [f"{stamp} {line.strip()}" for line in lines[5:7]]
+    second = lines[2].replace("PCI:0000:a1:00", "PCI:0000:c1:00")
+    text = "\n".join([*lines[:5], second, *notice])
+    events = parsed(text)[0]
+    assert [(e.kind, e.code, e.pci_bus_id) for e in events] == [
+        ("xid", 79, "0000:A1:00.0"),
+        ("xid", 79, "0000:C1:00.0"),
+    ]

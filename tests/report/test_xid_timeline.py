@@ -51,3 +51,26 @@ def test_sxid_details_are_not_incidents() -> None:
     assert view["total"] == 3
     ((what, count),) = [(i["what"], i["count"]) for i in view["incidents"]]
     assert (what, count) == ("SXid 22013", 3)
+
+
+def test_journalctl_stamps_without_a_year_keep_their_order_across_new_year() -> None:
+    # Derived from issue-dxvk-1799-xid31-mmu-fault-journalctl-k-rtx2080.log (journalctl -k,
+    # whose stamps carry no year): the same two XID 31 lines, the first on Dec 31 and the
+    # second on Jan 01, and an XID 13 later on Jan 01. In log order they are one year's end
+    # and the next one's start, not a January before a December.
+    text = "\n".join(
+        [
+            "Dec 31 23:59:58 zeus kernel: NVRM: Xid (PCI:0000:c1:00): 31, pid=12890, Ch 0000003b, "
+            "intr 00000000. MMU Fault: ENGINE HOST0 HUBCLIENT_HOST_CPU faulted @ 0x1_0c3c0000. "
+            "Fault is of type FAULT_PDE ACCESS_TYPE_VIRT_WRITE",
+            "Jan 01 00:00:03 zeus kernel: NVRM: Xid (PCI:0000:c1:00): 31, pid=12890, Ch 0000003e, "
+            "intr 00000000. MMU Fault: ENGINE GRAPHICS HUBCLIENT_SCC faulted @ 0x1_8c710000. "
+            "Fault is of type FAULT_PTE ACCESS_TYPE_VIRT_READ",
+            "Jan 01 00:10:00 zeus kernel: NVRM: Xid (PCI:0000:c1:00): 13, pid=12890, Graphics",
+        ]
+    )
+    view = xid_view(parse_kernel_log(text))
+    assert [(i["what"], i["first_seen"], i["last_seen"]) for i in view["incidents"]] == [
+        ("XID 31", "Dec 31 23:59:58 host clock", "Jan 01 00:00:03 host clock"),
+        ("XID 13", "Jan 01 00:10:00 host clock", "Jan 01 00:10:00 host clock"),
+    ]

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from gpuaudit.parsers.kernel_log import parse_kernel_log
+from gpuaudit.parsers.kernel_log import parse_kernel_log, resolve_gpus
 from gpuaudit.rules.base import Severity
 
 KLOG = Path(__file__).parents[1] / "fixtures" / "kernel-log"
@@ -81,3 +81,34 @@ def test_a_failed_start_without_a_bus_id_is_still_reported(make_host, findings):
     (f,) = findings("GA312", make_host(xid_events=events))
     assert f.message.startswith("A GPU (the driver named no bus id) did not come up")
     assert findings("GA312", make_host()) == []  # a clean log: nothing
+
+
+def test_xid_45_that_names_its_cause_is_not_read_as_alone(make_host, findings):
+    # Every line says "caused by previous Xid 149/145"; those XIDs' own lines are not in the
+    # capture (as when the kernel log was cut to its newest lines). NVIDIA's "alone: restart
+    # nvidia-fabricmanager" does not apply: the clean-up follows the XID its line names.
+    events = events_of(
+        "issue-open-gpu-kernel-modules-1150-xid45-caused-by-previous-xid149-xid145.log"
+    )
+    found = findings("GA301", make_host(xid_events=events))
+    by_bus = {f.evidence.actual["pci_bus_id"]: f for f in found}
+    assert len(by_bus) == 4
+    for f in found:
+        assert f.evidence.actual["code"] == 45
+        assert "fabricmanager" not in f.message
+        assert f.severity is Severity.MEDIUM  # its cause is not in the log to be judged
+    assert "XID 149" in by_bus["0000:DC:00.0"].message
+    assert "XID 145" in by_bus["0000:ED:00.0"].message
+
+
+def test_contained_ecc_error_on_a_mig_instance_is_its_gpus_xid_94(make_host, findings):
+    # NVIDIA's example of XID 94 on a MIG GPU ("GPU Memory Error Management"), on GPU 1's bus.
+    line = (
+        "[ 3811.221040] NVRM: Xid (PCI:0000:19:00 GPU-I:05): 94, pid=7194, Contained: CE User "
+        "Channel (0x9). RST: No, D-RST: No"
+    )
+    host = make_host()
+    events = resolve_gpus(parse_kernel_log(line), host.gpus)
+    (f,) = findings("GA301", make_host(xid_events=events))
+    assert (f.gpu, f.evidence.actual["code"], f.evidence.actual["count"]) == (1, 94, 1)
+    assert f.severity is Severity.MEDIUM  # RESTART_APP: only the instance's application is hit

@@ -3,14 +3,17 @@
 The collector hands over lines from ``dmesg`` or ``journalctl -k`` already filtered, but the line
 prefix depends on the tool and its options: ``[ 49.261458]`` (dmesg), ``[Sun Feb 23 16:24:18
 2025]`` (dmesg -T), ``kern  :warn  : 2025-01-21T02:21:33,498559+00:00`` (dmesg --decode
---time-format=iso), ``Nov 29 11:28:11 host kernel:`` (journalctl / syslog), a bare ``kernel:``,
-or nothing at all. The event itself is recognised wherever it sits in the line, and the prefix
-only supplies the timestamp, kept as printed (host clocks and formats vary too much to convert
-here without guessing a year or a boot time).
+--time-format=iso; with another time format the bracketed stamp follows ``kern  :warn  :``),
+``Nov 29 11:28:11 host kernel:`` (journalctl / syslog), a bare ``kernel:``, or nothing at all.
+The event itself is recognised wherever it sits in the line, and the prefix only supplies the
+timestamp, kept as printed (host clocks and formats vary too much to convert here without
+guessing a year or a boot time).
 
 Events (``XidEvent.kind``):
 
-- ``xid``: ``NVRM: Xid (PCI:0000:3b:00): 79, pid=..., GPU has fallen off the bus.``
+- ``xid``: ``NVRM: Xid (PCI:0000:3b:00): 79, pid=..., GPU has fallen off the bus.`` (on a MIG
+  GPU ``Xid (PCI:0000:01:00 GPU-I:05 GPU-CI:00): 94, …``: an XID of that GPU, the instance
+  leading its message)
 - ``sxid`` (NVSwitch): ``nvidia-nvswitch0: SXid (PCI:0000:05:00.0): 12028, Non-fatal, ...``
 - ``fallen_off_bus`` (no XID): ``NVRM: GPU at 0000:01:00.0 has fallen off the bus.`` or the
   probe-time ``NVRM: The NVIDIA GPU 0000:b3:00.0`` / ``(PCI ID: …) installed in this system has``
@@ -48,8 +51,12 @@ from gpuaudit.parsers.warnings import warn
 SOURCE = "kernel log"
 
 _BUS = r"(?:PCI:)?([0-9A-Fa-f]{1,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}(?:\.[0-7])?)"
-# "Xid" must not be preceded by "S" (SXid) nor be the "caused by previous Xid 149" tail.
-_XID = re.compile(r"(?<![A-Za-z])Xid \((?:PCI:)?([0-9A-Fa-f:.]+)\):\s*(\d+)\s*,?\s*(.*)$")
+# "Xid" must not be preceded by "S" (SXid) nor be the "caused by previous Xid 149" tail. On a
+# MIG GPU the parenthesis also names the GPU instance, and maybe the compute instance:
+# "Xid (PCI:0000:01:00 GPU-I:05 GPU-CI:00): 94, ...".
+_XID = re.compile(
+    r"(?<![A-Za-z])Xid \((?:PCI:)?([0-9A-Fa-f:.]+)((?:\s+GPU-C?I:\d+)*)\s*\):\s*(\d+)\s*,?\s*(.*)$"
+)
 _SXID = re.compile(r"\bSXid \((?:PCI:)?([0-9A-Fa-f:.]+)\):\s*(\d+)\s*,?\s*(.*)$")
 _SXID_DETAIL = re.compile(r"^(?:Severity \d+ Engine instance|Data \{)")
 _FALLEN = re.compile(rf"NVRM: GPU (?:at )?{_BUS}:?\s+(?:GPU )?has fallen off the bus")
@@ -74,7 +81,8 @@ _CONTEXT = re.compile(
     r"|The NVIDIA probe routine failed for|None of the NVIDIA devices were initialized)"
 )
 _EVENTISH = re.compile(r"Xid|fallen off the bus|RmInitAdapter failed|rm_init_adapter")
-_BRACKET = re.compile(r"^\s*(\[[^\]]+\])")
+# "dmesg --decode" puts the facility and level before the stamp: "kern  :warn  : [ 49.26]".
+_BRACKET = re.compile(r"^\s*(?:[a-z]+\s*:\s*[a-z]+\s*:\s*)?(\[[^\]]+\])")
 _ISO = re.compile(r"\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d(?:[.,]\d+)?(?:Z|[+-]\d\d:?\d\d)?")
 _SYSLOG = re.compile(r"^\s*([A-Z][a-z]{2} [ \d]\d \d\d:\d\d:\d\d)")
 _UPTIME = re.compile(r"^\[\s*(\d+(?:\.\d+)?)\]$")
@@ -173,6 +181,10 @@ def _nvidia(line: str) -> bool:
 def _continues(current: _Message, prefix: str, body: str) -> bool:
     if not body.startswith("NVRM:"):
         return False
+    # The driver prints each XID as a message of its own: one that lands between the lines of
+    # another message (another GPU's, printed at the same moment) is never part of it.
+    if _XID.match(body, len("NVRM: ")):
+        return False
     # dmesg / journalctl print a multi-line record's further lines indented, without a stamp.
     if prefix and not prefix.strip():
         return True
@@ -207,7 +219,9 @@ class _Reader:
             return
         xid = _XID.search(first)
         if xid:
-            self._add(message, "xid", int(xid.group(2)), xid.group(1), xid.group(3).strip())
+            # The MIG instance the driver named leads the message, as it printed it.
+            detail = ", ".join(filter(None, (xid.group(2).strip(), xid.group(4).strip())))
+            self._add(message, "xid", int(xid.group(3)), xid.group(1), detail)
             return
         fallen = _FALLEN.search(first) or _FALLEN_PROBE.search(message.text)
         if fallen:

@@ -7,7 +7,8 @@ seen. The raw lines stay one click away, a bounded number of them per incident: 
 
 Times are read from the line prefixes the kernel-log parser kept as printed
 (parsers/kernel_log.py). A stamp with a time zone (``dmesg --time-format=iso``) is shown in UTC;
-one without (``dmesg -T``, journalctl, syslog) is the host's own clock and says so; ``dmesg``'s
+one without (``dmesg -T``, journalctl, syslog) is the host's own clock and says so (journalctl
+and syslog print no year: where the log runs past a new year its order decides); ``dmesg``'s
 plain ``[seconds]`` counts from the host's boot: added to the boot time the host gave
 (``OsInfo.boot_time``, /proc/stat's btime) they are shown in UTC, marked as derived, and as
 time after boot where the snapshot has no boot time.
@@ -250,11 +251,32 @@ def _incidents(timed: Sequence[tuple[XidEvent, LogTime]]) -> list[XidIncident]:
     ]
 
 
+# A year-less stamp that goes back by more than this from the one before it in the log is in
+# the next year (journalctl / syslog print no year; the log itself is in time order).
+_NEW_YEAR_BACKSTEP_S = 180 * 86400.0
+_YEAR_S = 400 * 86400.0  # more than any (month, day) value apart: keeps later years later
+
+
+def _across_years(
+    timed: list[tuple[XidEvent, LogTime]],
+) -> list[tuple[XidEvent, LogTime]]:
+    """Year-less stamps ordered as the log has them where it runs past a new year."""
+    years, previous, out = 0, None, []
+    for event, time in timed:
+        if time.rank == 1:
+            if previous is not None and time.value < previous - _NEW_YEAR_BACKSTEP_S:
+                years += 1
+            previous = time.value
+            time = dataclasses.replace(time, value=time.value + years * _YEAR_S)
+        out.append((event, time))
+    return out
+
+
 def xid_view(events: Sequence[XidEvent], boot_time: str | None = None) -> dict[str, Any]:
     """A host's XID section as page data: its incidents and notes on the clocks they read.
     ``boot_time`` (ISO 8601 UTC) dates the stamps that count seconds since boot."""
     booted = _epoch(boot_time)
-    timed = [(event, log_time(event.timestamp, booted)) for event in events]
+    timed = _across_years([(event, log_time(event.timestamp, booted)) for event in events])
     incidents = _incidents(timed)
     clocks = {time.clock for _, time in timed}
     return {

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any
@@ -65,7 +66,8 @@ def xid_errors(rule: Rule, snap: HostSnapshot, ctx: RuleContext) -> Iterable[Fin
     RESTART_APP medium (owned by ML engineering: the application faulted), IGNORE info (low for
     43, 63 and 92, which other health checks flag), unknown codes medium (contact support).
     Workflow codes depend on context: 48 with 63/64 on the same GPU means drain and reset; 45
-    alone means restart fabric manager, after another XID it is only that error's clean-up;
+    alone means restart fabric manager, after another XID (on this GPU, or named by its line's
+    "caused by previous Xid N") it is only that error's clean-up;
     154 follows the recovery action it names; NVLink codes (74, 144–150) are high unless every
     line says Nonfatal (medium). Where the field guide's table of common codes or other tools
     (Azure, AWS EKS, Meta gcm, DCGM) read a code differently the message says so; a site can
@@ -264,7 +266,7 @@ def _dbe(entry: XidEntry, _events: list[XidEvent], other_codes: set[int]) -> _Ve
     return _Verdict(XidAction.WORKFLOW, Severity.HIGH, "reset the GPU (nvidia-smi -r)")
 
 
-def _cleanup(entry: XidEntry, _events: list[XidEvent], other_codes: set[int]) -> _Verdict:
+def _cleanup(entry: XidEntry, events: list[XidEvent], other_codes: set[int]) -> _Verdict:
     if other_codes:
         others = ", ".join(str(c) for c in sorted(other_codes) if c >= 0) or "(unreadable code)"
         return _Verdict(
@@ -273,9 +275,25 @@ def _cleanup(entry: XidEntry, _events: list[XidEvent], other_codes: set[int]) ->
             "none of its own: it is the clean-up after the other XIDs on this GPU",
             f"Follows XID {others} on this GPU (each has its own finding).",
         )
+    # Newer drivers name the cause ("Ch 00000001 caused by previous Xid 149"): the clean-up is
+    # not alone even where that XID's own line is not in the log read (cut, or rotated out).
+    named = sorted({int(code) for e in events for code in _CAUSED_BY.findall(e.message)})
+    if named:
+        causes = ", ".join(str(c) for c in named)
+        return _Verdict(
+            XidAction.WORKFLOW,
+            Severity.MEDIUM,
+            f"none of its own: it is the clean-up after XID {causes}; follow NVIDIA's action "
+            "for that XID",
+            f"Its lines say it was caused by a previous XID {causes}, whose own line is not in "
+            "the kernel log read.",
+        )
     return _Verdict(
         XidAction.WORKFLOW, Severity.MEDIUM, "restart nvidia-fabricmanager (no other XID seen)"
     )
+
+
+_CAUSED_BY = re.compile(r"\bcaused by previous Xid (\d+)", re.IGNORECASE)
 
 
 def _recovery(entry: XidEntry, events: list[XidEvent], _other: set[int]) -> _Verdict:
