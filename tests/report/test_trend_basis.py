@@ -119,7 +119,12 @@ def test_without_a_register_the_snapshots_are_judged_again(tmp_path: Path) -> No
 def test_an_unreadable_basis_is_not_used(tmp_path: Path) -> None:
     two_runs(tmp_path)
     basis = tmp_path / FIRST / BASIS_FILE
-    for text in ("{", '{"version": 99, "hosts": []}', '{"version": 1, "hosts": [{}]}'):
+    kept = json.loads(basis.read_text())
+    without_uuids = {**kept, "version": 1}  # version 1 kept no GPU UUIDs
+    for entry in without_uuids["hosts"]:
+        entry["gpus"] = [gpu[:3] for gpu in entry["gpus"]]
+    damaged = ("{", '{"version": 99, "hosts": []}', '{"version": 2, "hosts": [{}]}')
+    for text in (*damaged, json.dumps(without_uuids)):
         basis.write_text(text)
         assert read_basis(basis.parent) is None
         assert sorted(h.host for h in load_previous(basis.parent).hosts) == ["h-old", "h1", "h2"]

@@ -14,8 +14,8 @@ from gpuaudit.model.snapshot import EccCounts, HostSnapshot, XidEvent
 from gpuaudit.pipeline import rebuild, write_report
 from gpuaudit.report.provenance import INVENTORY, Scope, bundle_scope, record_provenance
 from gpuaudit.report.run import RunDir, new_run_dir
-from gpuaudit.report.trends import find_previous, load_previous
-from gpuaudit.rules.base import Evidence, Finding, Severity
+from gpuaudit.report.trends import build_trends, find_previous, load_previous
+from gpuaudit.rules.base import Evidence, Finding, Outcome, RuleOutcome, Severity
 
 OLD_DRIVER, NEW_DRIVER = "535.183.01", "550.127.05"
 FLEET = Scope(INVENTORY, inventory="/srv/inventory/prod.py")
@@ -148,8 +148,8 @@ def test_default_previous_is_the_newest_earlier_stamped_run(tmp_path: Path) -> N
     assert find_previous(runs["20261102T000000Z"].path) == runs["20261101T000000Z"].path
     assert find_previous(runs["20261101T000000Z"].path) is None
     assert find_previous(no_register.path) == runs["20261101T000000Z"].path
-    # A hand-named run is compared by modification time with every sibling.
-    os.utime(example.path, (0, 0))
+    # A hand-named run is compared with every sibling by when its snapshots were written.
+    os.utime(example.hosts_dir, (0, 0))
     assert find_previous(example.path) is None
 
 
@@ -356,3 +356,67 @@ def test_fleet_checks_are_not_compared_between_runs_of_different_hosts(tmp_path:
     # Between runs of the same hosts it is compared as any risk is.
     full = write_run(tmp_path, "20261103T000000Z", *three_hosts(), scope=FLEET)["trends"]
     assert [r["id"] for r in full["resolved"]] == ["GA701"] and full["fleet_not_compared"] == []
+
+
+def test_a_risk_whose_rule_did_not_judge_its_host_now_is_not_resolved(tmp_path: Path) -> None:
+    write_run(tmp_path, "20261101T000000Z", [healthy_host("h1")], None)  # the rules judge
+    # The XIDs are still in h1's kernel log, but GA301 is off: nothing was fixed.
+    off = {"disabled_rules": ["GA301"]}
+    trends = write_run(tmp_path, "20261102T000000Z", [healthy_host("h1")], None, policy=off)[
+        "trends"
+    ]
+    assert trends["resolved"] == []
+    assert [r["id"] for r in trends["unverified"]] == ["GA301:13", "GA301:79"]
+    # A rule that could not look at the host (its data did not arrive) resolves nothing either.
+    previous = load_previous(tmp_path / "20261101T000000Z")
+    unread = RuleOutcome("GA301", "h1", Outcome.NOT_EVALUATED, "the kernel log was not read")
+    now = build_trends([healthy_host("h1")], [], previous, [unread])
+    assert now is not None and "GA301:79" in {r.id for r in now.unverified}
+    assert "GA301:79" not in {r.id for r in now.resolved}
+
+
+def with_boards(name: str, *boards: tuple[str, int]) -> HostSnapshot:
+    """``name`` with a GPU per (UUID, corrected ECC errors), in slot order (PCI bus ids)."""
+    gpus = tuple(
+        gpu(i, uuid=uuid, ecc_aggregate=EccCounts(corrected=errors, uncorrected=0))
+        for i, (uuid, errors) in enumerate(boards)
+    )
+    return dataclasses.replace(healthy_host(name), gpus=gpus)
+
+
+def test_a_replaced_gpu_is_not_compared_with_the_one_it_replaced(tmp_path: Path) -> None:
+    write_run(tmp_path, "20261101T000000Z", [with_boards("h1", ("GPU-a", 0), ("GPU-b", 0))], [])
+    # GPU 0 went back to the vendor (RMA); the board in its slot came with errors of its own.
+    now = with_boards("h1", ("GPU-spare", 40), ("GPU-b", 0))
+    trends = write_run(tmp_path, "20261201T000000Z", [now], [])["trends"]
+    assert trends["growth"] == []
+    assert any("0000:18:00.0" in note and "GPU-spare" in note for note in trends["notes"])
+
+
+def test_gpus_that_changed_slots_are_compared_with_themselves(tmp_path: Path) -> None:
+    write_run(tmp_path, "20261101T000000Z", [with_boards("h1", ("GPU-a", 7), ("GPU-b", 0))], [])
+    # The boards were swapped between the two slots; GPU-a gained 2 errors, GPU-b none.
+    now = with_boards("h1", ("GPU-b", 0), ("GPU-a", 9))
+    trends = write_run(tmp_path, "20261201T000000Z", [now], [])["trends"]
+    assert [(g["pci_bus_id"], g["metric"], g["before"], g["after"]) for g in trends["growth"]] == [
+        ("0000:19:00.0", "ecc_aggregate.corrected", 7, 9)
+    ]
+
+
+def test_a_hand_named_run_rebuilt_is_not_compared_with_a_later_audit(tmp_path: Path) -> None:
+    def audited(run_id: str, when: int) -> RunDir:
+        run = new_run_dir(tmp_path, run_id)
+        run.write_snapshot(healthy_host("h1"))
+        write_report(run, run.load_snapshots(), [])
+        for path in (run.hosts_dir, run.path):
+            os.utime(path, (when, when))
+        return run
+
+    q1, q2 = audited("q1-audit", 1_000_000), audited("q2-audit", 2_000_000)
+    assert find_previous(q2.path) == q1.path
+    # gpuaudit report q1-audit, twice (a new policy, say): its files are written anew each
+    # time, yet it was audited before q2-audit, which stays later than it.
+    rebuild(q1)
+    rebuild(q1)
+    assert json.loads(q1.register_path.read_text())["trends"] is None
+    assert find_previous(q1.path) is None

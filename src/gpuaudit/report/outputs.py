@@ -208,7 +208,8 @@ def _trends(trends: Trends | None) -> list[str]:
     unverified = [r.id for r in trends.unverified]
     if unverified:
         lines.append(
-            f"- Not re-checked (host not audited this time): {_some(unverified, _LIST_LIMIT)}"
+            "- Not re-checked (its host or its rule did not look this time): "
+            + _some(unverified, _LIST_LIMIT)
         )
     for hosts, label in (
         (trends.hosts_added, "New hosts"),

@@ -227,7 +227,7 @@ def build_register(
         risks=tuple(risks),
         findings=tuple(entries),
         checklists=build_checklists(audited, entries, outcomes),
-        trends=build_trends(ordered_snapshots, risks, previous),
+        trends=build_trends(ordered_snapshots, risks, previous, outcomes or None),
         provenance=provenance,
     )
 

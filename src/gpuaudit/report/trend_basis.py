@@ -1,11 +1,11 @@
 """What trends compare of a run's hosts, kept beside its register: ``trend-basis.json``.
 
 Trends (trends.py) compare a run with the previous one on each host's status, collection time
-and driver, and per GPU (by PCI bus id) on its error counters and its XID events from the
-kernel log. register.json does not hold the counters, so a previous run used to be read back
-from its snapshots, which costs as much as loading this run's. The report writes those values,
-a few per GPU, into ``trend-basis.json`` beside register.json; the next run's trends read them
-from there.
+and driver, and per GPU (by UUID, else by PCI bus id) on its error counters and its XID events
+from the kernel log. register.json does not hold the counters, so a previous run used to be
+read back from its snapshots, which costs as much as loading this run's. The report writes
+those values, a few per GPU, into ``trend-basis.json`` beside register.json; the next run's
+trends read them from there.
 
 The file is trusted only while the snapshots it was made from are the run's snapshots: it
 names each snapshot file with its size and modification time, and :func:`read_basis` gives
@@ -19,11 +19,13 @@ comparison. The file keeps those too (:class:`RegisterSeal`), with the size and 
 register.json written beside it; they are used only while register.json is still those bytes
 (hashing it costs a fiftieth of parsing it), else register.json is read as before.
 
-Shape: ``{"version": 1, "hosts": [{"file", "size", "mtime_ns", "host", "collected_at",
-"status", "driver", "gpus": [[index, pci_bus_id, [counter, …]], …], "xids": {bus: count}}],
-"register": {"size", "sha256", "generated_at", "risks": [[id, title, severity, [host, …]],
-…]}}``, the counters in :data:`GPU_COUNTERS` order; ``register`` is absent from files written
-before it was kept, and from a report without register.json.
+Shape: ``{"version": 2, "hosts": [{"file", "size", "mtime_ns", "host", "collected_at",
+"status", "driver", "gpus": [[index, pci_bus_id, [counter, …], uuid], …],
+"xids": {bus: count}}], "register": {"size", "sha256", "generated_at", "risks": [[id, title,
+severity, [host, …]], …]}}``, the counters in :data:`GPU_COUNTERS` order; ``register`` is
+absent from files written before it was kept, and from a report without register.json.
+Version 1 kept no GPU UUIDs: such a file is not used (the snapshots are read), as a replaced
+GPU could not be told from the old one in its slot.
 """
 
 from __future__ import annotations
@@ -41,7 +43,7 @@ from gpuaudit.model.snapshot import Gpu, HostSnapshot, HostStatus, bus_key
 from gpuaudit.report.register_types import Register, RiskBrief
 
 BASIS_FILE = "trend-basis.json"
-BASIS_VERSION = 1
+BASIS_VERSION = 2
 
 # Counters compared between runs, as attribute paths on Gpu; the path is the metric's name.
 GPU_COUNTERS = (
@@ -63,6 +65,7 @@ class GpuCounters:
     index: int
     pci_bus_id: str | None
     counters: tuple[int | None, ...]
+    uuid: str | None = None  # tells a GPU from the one it replaced in the same slot
 
 
 @dataclass(frozen=True)
@@ -173,7 +176,7 @@ def host_counters(snap: HostSnapshot) -> HostCounters:
         snap.collected_at,
         snap.status,
         snap.driver_version or snap.driver_version_proc,
-        tuple(GpuCounters(g.index, g.pci_bus_id, counters(g)) for g in snap.gpus),
+        tuple(GpuCounters(g.index, g.pci_bus_id, counters(g), g.uuid) for g in snap.gpus),
         dict(xid_counts(snap)),
     )
 
@@ -234,7 +237,7 @@ def _entry(host: HostCounters) -> dict[str, Any]:
         "collected_at": host.collected_at,
         "status": host.status.value,
         "driver": host.driver,
-        "gpus": [[g.index, g.pci_bus_id, list(g.counters)] for g in host.gpus],
+        "gpus": [[g.index, g.pci_bus_id, list(g.counters), g.uuid] for g in host.gpus],
         "xids": dict(host.xids),
     }
 
@@ -294,8 +297,9 @@ def _host(entry: Mapping[str, Any]) -> HostCounters:
             int(index),
             None if bus is None else str(bus),
             tuple(None if c is None else int(c) for c in counters),
+            None if uuid is None else str(uuid),
         )
-        for index, bus, counters in entry["gpus"]
+        for index, bus, counters, uuid in entry["gpus"]
     )
     if any(len(g.counters) != len(GPU_COUNTERS) for g in gpus):
         raise ValueError("a GPU's counters do not match this version's")

@@ -15,7 +15,9 @@ run, not with a ``--limit`` run in between, and a run with no comparable predece
 trends. "Earlier" is read from run ids when they are the UTC timestamps gpuaudit makes
 (``20261129T161000Z``, ``…-2``): then only such runs are candidates, so a hand-named run next to
 them (``reports/example``) is never mistaken for the last audit. A run with a hand-chosen id is
-compared with sibling runs by directory modification time.
+compared with sibling runs by when its snapshots were written: the modification time of its
+``hosts/`` directory, which rebuilding its report leaves alone (of the run directory, which every
+report written changes, only when it has no ``hosts/``).
 
 Snapshots are the source of truth here too: hosts, drivers and counters come from the previous
 run's ``hosts/`` (so trends work from snapshots alone), read from its ``trend-basis.json``
@@ -25,21 +27,25 @@ still matches the snapshot files, else from the snapshots themselves. Risk ids c
 register.json is still the file they were taken from; with no readable register the rules are
 run on the previous snapshots with the previous run's own ``policy.yaml`` when it kept one.
 
-Counters compared per GPU (host + PCI bus id, which survives re-enumeration of GPU indexes):
+Counters compared per GPU (host + UUID where both runs know it, so a GPU moved to another slot
+is compared with itself; else host + PCI bus id, which survives re-enumeration of GPU indexes):
 ECC volatile/aggregate corrected/uncorrected, remapped rows, retired pages and XID events from
-the kernel log. Volatile ECC counts reset with the driver and the kernel log with a reboot, so
-only growth is reported, never a drop.
+the kernel log. A slot that holds a GPU of another UUID than before (an RMA swap) is not
+compared: the new board's counters are its own history; a note names it. Volatile ECC counts
+reset with the driver and the kernel log with a reboot, so only growth is reported, never a
+drop.
 
 Shape (``register["trends"]``, None without a previous run): ``previous_run_id``,
 ``previous_generated_at``, ``previous_scope`` (its provenance scope, None when not recorded),
 ``compared_hosts`` (how many hosts both runs hold), ``new`` and ``persisting`` (risk ids on
 compared hosts, in register order), ``resolved`` ([{id, title, severity, affected_hosts,
 status: "resolved"}]: gone from the compared hosts), ``unverified`` (same entries without
-status: gone only because a host they were on could not be audited this time, so not counted as
-resolved), ``risks_on_new_hosts`` (ids), ``risks_not_in_scope`` (entries like ``unverified``),
-``fleet_not_compared`` (ids of fleet-rule risks, GA7xx, that came or went while the two runs
-held different hosts: those rules judge a host against the others, so their verdict changed
-with the peers in scope, not necessarily with the host),
+status: gone only because a host they were on could not be audited this time, or because their
+rule did not judge it this time, its data missing or the policy turning the rule off, so not
+counted as resolved), ``risks_on_new_hosts`` (ids), ``risks_not_in_scope`` (entries like
+``unverified``), ``fleet_not_compared`` (ids of fleet-rule risks, GA7xx, that came or went
+while the two runs held different hosts: those rules judge a host against the others, so their
+verdict changed with the peers in scope, not necessarily with the host),
 ``hosts_added`` (new hosts), ``hosts_removed`` (hosts not in this run's scope),
 ``driver_changes`` ([{host, from, to}]), ``growth`` ([{host, gpu, pci_bus_id, metric, before,
 after}]) and ``notes`` (what a reader should know about the comparison, as sentences).
@@ -64,11 +70,12 @@ from gpuaudit.report.register_types import CounterGrowth, DriverChange, Risk, Ri
 from gpuaudit.report.risks import build_risks
 from gpuaudit.report.trend_basis import (
     GPU_COUNTERS,
+    GpuCounters,
     HostCounters,
     host_counters,
     read_trend_basis,
 )
-from gpuaudit.rules.base import Finding
+from gpuaudit.rules.base import Finding, Outcome, RuleOutcome
 
 if TYPE_CHECKING:
     from gpuaudit.policy import Policy
@@ -103,7 +110,8 @@ def _run_order(path: Path) -> tuple[bool, datetime, int]:
         when = datetime.strptime(match.group(1), "%Y%m%dT%H%M%SZ").replace(tzinfo=timezone.utc)
         return True, when, int(match.group(2) or 1)
     try:
-        mtime = path.stat().st_mtime
+        hosts = path / "hosts"
+        mtime = (hosts if hosts.is_dir() else path).stat().st_mtime
     except OSError:
         mtime = 0.0
     return False, datetime.fromtimestamp(mtime, timezone.utc), 0
@@ -258,9 +266,12 @@ def build_trends(
     snapshots: Sequence[HostSnapshot],
     risks: Sequence[Risk],
     previous: PreviousRun | None,
+    outcomes: Sequence[RuleOutcome] | None = None,
 ) -> Trends | None:
     """Compare this run (its snapshots and risks, in register order) with the previous one,
-    on the hosts both runs hold (module docstring)."""
+    on the hosts both runs hold (module docstring). ``outcomes`` are the rules' outcomes on
+    this run's hosts: a risk gone from a host its rule did not judge this time is unverified,
+    not resolved (None: only the hosts' status tells)."""
     if previous is None:
         return None
     now = _latest_by_host(snapshots)
@@ -292,14 +303,18 @@ def build_trends(
         else:
             new.append(rid)
     current_ids = {r.id for r in risks}
+    gone = sorted(set(previous_by_id) - current_ids)
+    unjudged = _unjudged(outcomes) if gone else frozenset()
     resolved, unverified, not_in_scope = [], [], []
-    for rid in sorted(set(previous_by_id) - current_ids):
+    for rid in gone:
         brief = previous_by_id[rid]
         hosts_before = compared(brief.affected_hosts)
         if hosts_before is not None and not hosts_before:
             not_in_scope.append(brief)  # this run did not look at those hosts
-        elif hosts_before and hosts_before - audited:
-            # Gone only because its host could not be looked at this time is not resolved.
+        elif hosts_before and (
+            hosts_before - audited or any((_rule_of(rid), h) in unjudged for h in hosts_before)
+        ):
+            # Gone only because its host, or its rule, did not look this time is not resolved.
             unverified.append(brief)
         elif _rule_of(rid) in fleet_rules:
             fleet_not_compared.append(rid)
@@ -308,6 +323,8 @@ def build_trends(
     # Counters and drivers are only compared where both audits saw the host: an unreachable
     # host has no counters, and "none before" would read as growth.
     both = sorted(h for h in audited if before[h].status not in NOT_COLLECTED)
+    notes: list[str] = []
+    growth = [g for h in both for g in _growth(h, before[h], host_counters(now[h]), notes)]
     return Trends(
         previous_run_id=previous.run_id,
         previous_generated_at=previous.generated_at,
@@ -323,11 +340,19 @@ def build_trends(
         hosts_added=tuple(sorted(set(now) - set(before))),
         hosts_removed=tuple(sorted(set(before) - set(now))),
         driver_changes=tuple(_driver_changes(both, before, now)),
-        growth=tuple(
-            g for host in both for g in _growth(host, before[host], host_counters(now[host]))
-        ),
-        notes=previous.notes,
+        growth=tuple(growth),
+        notes=(*previous.notes, *notes),
     )
+
+
+def _unjudged(outcomes: Iterable[RuleOutcome] | None) -> frozenset[tuple[str, str]]:
+    """(rule, host) where the rule did not judge the host: its data did not arrive, or the
+    policy turned it off. A rule not applicable to a host did judge it: the thing it checks is
+    gone from there."""
+    return frozenset((o.rule, o.host) for o in outcomes or () if o.outcome in _NOT_JUDGED)
+
+
+_NOT_JUDGED = frozenset((Outcome.NOT_EVALUATED, Outcome.DISABLED))
 
 
 def _rule_of(risk_id: str) -> str:
@@ -368,22 +393,65 @@ def _driver_changes(
     return changes
 
 
-def _growth(host: str, before: HostCounters, now: HostCounters) -> list[CounterGrowth]:
-    old_gpus = {g.pci_bus_id: g for g in before.gpus if g.pci_bus_id}
-    new_gpus = {g.pci_bus_id: g for g in now.gpus if g.pci_bus_id}
-    rows = []
-    for bus in sorted(set(old_gpus) & set(new_gpus)):
+def _growth(
+    host: str, before: HostCounters, now: HostCounters, notes: list[str]
+) -> list[CounterGrowth]:
+    pairs, replaced = _same_gpus(before.gpus, now.gpus)
+    for gpu, earlier in replaced:
+        notes.append(
+            f"{host}: the GPU at {gpu.pci_bus_id} is {gpu.uuid}, not {earlier.uuid} as in the "
+            "previous run (replaced or moved): its counters were not compared."
+        )
+    rows: list[tuple[GpuCounters | None, str, str, int | None, int | None]] = []
+    old_bus_of: dict[str, str | None] = {}
+    for old, new in pairs:
+        bus = new.pci_bus_id or ""
+        old_bus_of[bus] = old.pci_bus_id
         for number, metric in enumerate(GPU_COUNTERS):
-            rows.append(
-                (bus, metric, old_gpus[bus].counters[number], new_gpus[bus].counters[number])
-            )
+            rows.append((new, bus, metric, old.counters[number], new.counters[number]))
+    # Kernel-log XIDs are named by bus id: a moved GPU's earlier events are at its old one.
+    skipped = {gpu.pci_bus_id for gpu, _ in replaced}
+    by_bus = {g.pci_bus_id: g for g in now.gpus if g.pci_bus_id}
     old_xids, new_xids = before.xids, now.xids
-    for bus in sorted(set(new_xids)):
-        rows.append((bus, XID_METRIC, old_xids.get(bus, 0), new_xids[bus]))
+    for bus in sorted(set(new_xids) - skipped):
+        earlier_bus = old_bus_of.get(bus, bus)
+        old_count = old_xids.get(earlier_bus, 0) if earlier_bus else 0
+        rows.append((by_bus.get(bus), bus, XID_METRIC, old_count, new_xids[bus]))
+    old_by_bus = {g.pci_bus_id: g for g in before.gpus if g.pci_bus_id}
     growth = []
-    for bus, metric, old, new in rows:
-        if old is None or new is None or new <= old:
+    for board, bus, metric, old_value, new_value in rows:
+        if old_value is None or new_value is None or new_value <= old_value:
             continue
-        gpu = new_gpus.get(bus) or old_gpus.get(bus)
-        growth.append(CounterGrowth(host, gpu.index if gpu else None, bus, metric, old, new))
+        shown = board or old_by_bus.get(bus)
+        growth.append(
+            CounterGrowth(host, shown.index if shown else None, bus, metric, old_value, new_value)
+        )
     return sorted(growth, key=lambda g: (g.pci_bus_id, _METRIC_ORDER[g.metric]))
+
+
+def _same_gpus(
+    before: Sequence[GpuCounters], now: Sequence[GpuCounters]
+) -> tuple[list[tuple[GpuCounters, GpuCounters]], list[tuple[GpuCounters, GpuCounters]]]:
+    """(previous, this run's) for each GPU both runs saw, and (this run's, previous) for each
+    slot that holds another GPU than before.
+
+    A GPU is the one of the same UUID, wherever it sits now; where either run knows no UUID, the
+    one at the same PCI bus id. A GPU whose UUID the previous run saw at no slot, in a slot
+    that held a GPU of another UUID, is a replacement (an RMA swap, a board moved in from
+    elsewhere): its counters are the board's own history, never growth on the host.
+    """
+    by_uuid = {g.uuid: g for g in before if g.uuid}
+    by_bus = {g.pci_bus_id: g for g in before if g.pci_bus_id}
+    pairs, replaced = [], []
+    for gpu in now:
+        if not gpu.pci_bus_id:
+            continue
+        earlier = by_uuid.get(gpu.uuid) if gpu.uuid else None
+        if earlier is None:
+            earlier = by_bus.get(gpu.pci_bus_id)
+            if earlier is not None and gpu.uuid and earlier.uuid and earlier.uuid != gpu.uuid:
+                replaced.append((gpu, earlier))
+                continue
+        if earlier is not None:
+            pairs.append((earlier, gpu))
+    return pairs, replaced
