@@ -188,8 +188,14 @@ class AuditRun:
         if not self.run.register_path.exists() and self.run.snapshot_files():
             from gpuaudit.pipeline import rebuild  # the rules and renderers: only here
 
+            # The deploy's trends baseline and junit.xml threshold, as pyinfra would have read
+            # them.
             with suppress(ValueError, OSError):  # said once, by the caller: no register
-                rebuild(self.run, previous=self.env.get("GPUAUDIT_PREVIOUS"))
+                rebuild(
+                    self.run,
+                    previous=self.env.get("GPUAUDIT_PREVIOUS"),
+                    fail_on=self.env.get("GPUAUDIT_FAIL_ON") or None,
+                )
 
 
 def run_shards(commands: Sequence[tuple[list[str], Mapping[str, str]]]) -> int:
@@ -251,6 +257,9 @@ def cmd_audit(args: argparse.Namespace) -> int:
     # The deploy writes the register: it reads the trends baseline and junit threshold here.
     if args.previous:
         env["GPUAUDIT_PREVIOUS"] = str(Path(args.previous).resolve())
+    # junit.xml fails by this run's --fail-on, as the exit status does; never by one the
+    # environment holds (for plain pyinfra), which the exit status would not follow.
+    env.pop("GPUAUDIT_FAIL_ON", None)
     if args.fail_on:
         env["GPUAUDIT_FAIL_ON"] = args.fail_on
     audit = AuditRun(run, _pyinfra_argv(args), env, shards=args.shards)
@@ -313,7 +322,6 @@ def _audit_result(run: RunDir, end: RunEnd | None, fail_on: str | None) -> int:
     2 when there is no register; 128 + the signal after an interruption.
     """
     from gpuaudit.model.snapshot import HostStatus
-    from gpuaudit.model.status import NOT_COLLECTED
 
     interrupted = 128 + signal.Signals[end.signal] if end and end.signal else None
     if not run.register_path.exists():
@@ -338,6 +346,17 @@ def _audit_result(run: RunDir, end: RunEnd | None, fail_on: str | None) -> int:
             file=sys.stderr,
         )
         return interrupted
+    return register_status(register, fail_on)
+
+
+def register_status(register: Register, fail_on: str | None) -> int:
+    """The exit status a written register gives (`gpuaudit audit`, and `gpuaudit report
+    --fail-on`): 1 where no host of it could be audited (a run or a collection job that
+    reached none of its hosts, whatever the threshold), else :func:`fail_gate`."""
+    from gpuaudit.model.snapshot import HostStatus
+    from gpuaudit.model.status import NOT_COLLECTED
+
+    hosts = register.hosts
     if hosts and all(HostStatus(h.status) in NOT_COLLECTED for h in hosts):
         print(
             f"gpuaudit: no host could be audited ({count_of(len(hosts), 'host')})", file=sys.stderr

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import resource
+import shutil
 import subprocess
 import sys
 from importlib import metadata
@@ -21,10 +22,15 @@ from gpuaudit.report.run import RunDir, new_run_dir
 REPO = Path(__file__).resolve().parents[2]
 
 
-def _unreachable_run(tmp_path: Path, *hosts: str) -> RunDir:
+def _unreachable_run(tmp_path: Path, *hosts: str, healthy: bool = False) -> RunDir:
+    """A run of unreachable hosts (and, ``healthy``, one demo host audited without findings
+    above info: a run in which some host could be audited)."""
     run = new_run_dir(tmp_path / "reports", "r1")
     for host in hosts:
         run.write_snapshot(unreachable_snapshot(host, "Could not connect (timed out)"))
+    if healthy:
+        snapshot = REPO / "reports" / "example" / "hosts" / "_sim_t4-01-cba6616223e0.json"
+        shutil.copy(snapshot, run.hosts_dir / snapshot.name)
     return run
 
 
@@ -156,7 +162,7 @@ def test_a_full_reports_dir_is_a_message_and_loses_nothing(tmp_path: Path) -> No
 def test_report_fail_on_gates_like_audit(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    run = _unreachable_run(tmp_path, "gpu-a")  # GA001, high
+    run = _unreachable_run(tmp_path, "gpu-a", healthy=True)  # GA001, high
     assert main(["report", str(run.path), "--fail-on", "critical"]) == 0
     capsys.readouterr()
     assert main(["report", str(run.path), "--fail-on", "high"]) == 1
@@ -205,8 +211,6 @@ def test_report_summarises_and_gates_on_the_register_it_wrote(
     """`gpuaudit report` prints and gates on the register it has just built, not on
     register.json read back (a 10,000-host register is over 100 MiB): the same lines and the
     same exit status as that file gives, waived and informational risks included."""
-    import shutil
-
     from gpuaudit.audit_run import fail_gate, print_summary
 
     example = REPO / "reports" / "example"

@@ -217,3 +217,28 @@ def test_a_register_read_without_outcomes_gives_the_same_summary_and_gate() -> N
         assert light.open_risks_at_or_above(threshold) == whole.open_risks_at_or_above(threshold)
     assert all(whole.host(h.name) is h for h in whole.hosts)
     assert whole.host("no-such-host") is None
+
+
+def test_a_partly_waived_risk_is_as_severe_as_its_open_findings() -> None:
+    """The summary's open risks by severity, summary.md's top risks and the --fail-on gate
+    read one severity: a waived high finding does not make the medium one left open a high
+    risk (nor an open info finding a risk at all)."""
+    findings = [
+        finding("GA304", Severity.HIGH, "h1", gpu_index=0),
+        finding("GA304", Severity.MEDIUM, "h2", gpu_index=0),
+        finding("GA801", Severity.HIGH, "h1", gpu_index=None),
+        finding("GA801", Severity.INFO, "h2", gpu_index=None),
+    ]
+    waivers = [FakeWaiver(rule, ("h1",), "accepted", date(2027, 1, 1), "infra")
+               for rule in ("GA304", "GA801")]  # fmt: skip
+    built = typed_register(findings, FakePolicy(*waivers))
+    risks = {r.id: r for r in built.risks}
+    assert (risks["GA304"].status, risks["GA304"].severity) == ("open", Severity.MEDIUM)
+    assert risks["GA304"].affected_hosts == ("h1", "h2")  # the waived finding stays in it
+    assert not risks["GA801"].is_open  # only its info finding is open
+    assert built.summary.open_risks_by_severity == {
+        "critical": 0, "high": 0, "medium": 1, "low": 0, "info": 0
+    }  # fmt: skip
+    assert built.summary.info_risk_count == 1
+    assert [r.id for r in built.open_risks_at_or_above("medium")] == ["GA304"]
+    assert built.open_risks_at_or_above("high") == []

@@ -155,8 +155,8 @@ class Risk:
 
     @property
     def is_open(self) -> bool:
-        """An open risk: not waived, and above info (its most severe finding sets its
-        severity)."""
+        """An open risk: not waived, and above info (its most severe open finding sets its
+        severity, risks.py)."""
         return self.status == OPEN and is_risk_severity(self.severity)
 
     def to_dict(self) -> dict[str, Any]:

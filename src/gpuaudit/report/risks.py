@@ -18,7 +18,8 @@ Waivers come from the site policy, duck-typed: any object with
 ``waiver_status(finding, on=date) -> ("open" | "waived" | "waiver_expired", waiver | None)``
 where the waiver has ``rule``, ``hosts``, ``reason``, ``expires`` and ``owner``. A risk is waived
 only when every one of its findings is covered by an unexpired waiver: a waiver written for
-three hosts does not hide the same fault on a fourth.
+three hosts does not hide the same fault on a fourth. An open risk is as severe as the worst of
+its open findings.
 """
 
 from __future__ import annotations
@@ -140,11 +141,14 @@ def _risk(
 ) -> Risk:
     members = [findings[i] for i in indices]
     member_checks = [checks[i] for i in indices]
-    # The most severe finding speaks for the risk (owner, remediation); the highest score sets
-    # likelihood and impact, so that the risk's score is the worst of its findings.
-    lead = max(members, key=lambda f: (f.severity.rank, f.score))
-    scored = max(members, key=lambda f: (f.score, f.severity.rank))
     waived = all(c.status == WAIVED for c in member_checks)
+    # The most severe finding speaks for the risk (owner, remediation); the highest score sets
+    # likelihood and impact, so that the risk's score is the worst of its findings. Of an open
+    # risk, only its open findings: a waived critical finding beside an open low one leaves a
+    # low risk open, which is what the summary counts and --fail-on gates on.
+    judged = members if waived else [findings[i] for i in indices if checks[i].status != WAIVED]
+    lead = max(judged, key=lambda f: (f.severity.rank, f.score))
+    scored = max(judged, key=lambda f: (f.score, f.severity.rank))
     gpus = sorted(
         {(f.host, f.gpu, f.gpu_name or "") for f in members if f.gpu is not None},
         key=lambda g: (g[0], g[1], g[2]),
