@@ -49,9 +49,14 @@ system-deps:
 # again: about 0.4 s of CPU each. Compiled here as an installed package is; a module changed
 # since is compiled in memory as before. A tree that cannot be written to is left as it is: its
 # modules are compiled when loaded.
+# The page templates' compiled code is kept the same way (report/template_cache.py).
 bytecode: $(STAMP)
 	@$(BIN)/python -m compileall -q src >/dev/null || \
 		echo "bytecode: some modules were not compiled ahead; they are compiled when loaded"
+	@$(BIN)/python -c "from gpuaudit.report import html; from gpuaudit.upgrade import report; \
+		from gpuaudit.report.template_cache import warm; \
+		warm([html.environment(), report.environment()])" || \
+		echo "bytecode: the page templates were not compiled ahead; they are compiled when used"
 
 demo: $(STAMP) bytecode
 	$(BIN)/gpuaudit audit inventory/demo.py --policy policies/demo.yaml \

@@ -60,6 +60,7 @@ from gpuaudit.report.register_views import (
     status_counts,
     trends_view,
 )
+from gpuaudit.report.template_cache import cache_templates
 from gpuaudit.report.views import (
     GPU_COLUMNS,
     SEVERITY_CLASSES,
@@ -227,7 +228,7 @@ def environment() -> Environment:
     env.filters["json_script"] = json_for_script
     env.filters["severity_class"] = lambda v: css_class(v, SEVERITY_CLASSES)
     env.filters["status_class"] = lambda v: css_class(v, STATUS_CLASSES)
-    return env
+    return cache_templates(env, TEMPLATES)
 
 
 @functools.lru_cache(maxsize=4)

@@ -27,6 +27,7 @@ from markupsafe import Markup
 
 from gpuaudit import __version__
 from gpuaudit.report.run import atomic_write_text
+from gpuaudit.report.template_cache import cache_templates
 from gpuaudit.upgrade.journal import (
     Event,
     HostOutcome,
@@ -74,7 +75,7 @@ def environment() -> Environment:
     env.filters["event_class"] = lambda v: _css_class(v, _EVENT_CLASSES)
     env.filters["gate_class"] = lambda v: _css_class(v, _GATE_CLASSES)
     env.filters["status_class"] = lambda v: _css_class(v, _STATUS_CLASSES)
-    return env
+    return cache_templates(env, TEMPLATES)
 
 
 def _evidence_text(evidence: Any) -> str:
