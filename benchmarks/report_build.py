@@ -18,6 +18,11 @@ back from its register.json (its trend-basis.json without the register's part, a
 written before that part was kept are): reading the previous run alone, and the whole build,
 each with its CPU time and tracemalloc's peak.
 
+With ``--collected``, the fleet is snapshots as the audit writes them, raw sections included
+(the synthetic fleet leaves them out): the real collector's output on each of the simulated
+8-GPU NVIDIA boards, built into a snapshot once, the hosts taking those boards in turn under
+their own names.
+
 Then peak memory, side by side: the snapshots' size on disk; tracemalloc's count of what the
 loaded snapshots hold (after load) and its peaks during (a) and (b); and the peak resident
 size (VmHWM) of a fresh child process doing only (a) against one doing (b), with the
@@ -25,6 +30,7 @@ ratios build / load (Linux: read from /proc/self/status). Run it with::
 
     .venv/bin/python benchmarks/report_build.py                 # 10,000 hosts × 8 GPUs
     .venv/bin/python benchmarks/report_build.py --hosts 2000 --repeat 3
+    .venv/bin/python benchmarks/report_build.py --collected --bundles /tmp/bundles
 """
 
 from __future__ import annotations
@@ -40,13 +46,18 @@ import tempfile
 import time
 import tracemalloc
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import TypeVar
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from snapshot_build import bundles
 from synthetic_fleet import synthetic_fleet
 
+from gpuaudit.assemble.build import build_snapshot
+from gpuaudit.model.snapshot import HostSnapshot
+from gpuaudit.parsers.bundle import parse_bundle_text
 from gpuaudit.pipeline import rebuild
 from gpuaudit.report.cycles import cycle_collection_paused
 from gpuaudit.report.run import RunDir
@@ -73,6 +84,39 @@ def write_fleet(run: RunDir, hosts: int, gpus: int) -> int:
     run.hosts_dir.mkdir(parents=True, exist_ok=True)
     total = 0
     for snapshot in synthetic_fleet(hosts, gpus):
+        text = snapshot.to_json() + "\n"
+        run.snapshot_path(snapshot.host).write_text(text, encoding="utf-8")
+        total += len(text.encode("utf-8"))
+    return total
+
+
+COLLECTED_AT = "2024-01-01T00:00:00Z"
+# The demo fleet's 8-GPU NVIDIA boards: healthy, a row remap pending, driver drift, a MIG
+# layout with a change pending, a GPU fallen off the bus, and an H100 board.
+COLLECTED_PROFILES = (
+    "a100-hgx-01", "a100-hgx-02", "a100-hgx-03", "a100-hgx-04", "a100-hgx-05", "h100-01",
+)  # fmt: skip
+
+
+def collected_snapshots(keep: Path | None) -> list[HostSnapshot]:
+    """One snapshot per :data:`COLLECTED_PROFILES` board as the audit writes it: the real
+    collector run on the simulated host (answering from real captured outputs), its output
+    built into a snapshot with every raw section kept as evidence."""
+    texts = bundles(COLLECTED_PROFILES, keep)
+    return [
+        build_snapshot(profile, parse_bundle_text(texts[profile]), collected_at=COLLECTED_AT)
+        for profile in COLLECTED_PROFILES
+    ]
+
+
+def write_collected_fleet(run: RunDir, hosts: int, keep: Path | None) -> int:
+    """``hosts`` snapshots, each a :func:`collected_snapshots` board under its own name, the
+    boards taking turns."""
+    boards = collected_snapshots(keep)
+    run.hosts_dir.mkdir(parents=True, exist_ok=True)
+    total = 0
+    for number in range(hosts):
+        snapshot = replace(boards[number % len(boards)], host=f"gpu-{number:05d}")
         text = snapshot.to_json() + "\n"
         run.snapshot_path(snapshot.host).write_text(text, encoding="utf-8")
         total += len(text.encode("utf-8"))
@@ -187,12 +231,28 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--previous", action="store_true", help="also build a second run, with trends"
     )
+    parser.add_argument(
+        "--collected",
+        action="store_true",
+        help="snapshots as the audit writes them (raw sections kept), of the simulated 8-GPU "
+        "boards, instead of the synthetic fleet",
+    )
+    parser.add_argument(
+        "--bundles", type=Path, help="with --collected: keep / reuse the collector outputs here"
+    )
     args = parser.parse_args(argv)
 
     with tempfile.TemporaryDirectory(prefix="gpuaudit-bench-") as tmp:
         run = RunDir(Path(tmp) / "run")
-        setup, _, snapshot_bytes = timed(lambda: write_fleet(run, args.hosts, args.gpus))
-        print(f"fleet      {args.hosts} hosts × {args.gpus} GPUs, snapshots {mib(snapshot_bytes)}")
+        if args.collected:
+            setup, _, snapshot_bytes = timed(
+                lambda: write_collected_fleet(run, args.hosts, args.bundles)
+            )
+            kind = f"8 GPUs, collected from {len(COLLECTED_PROFILES)} simulated boards"
+        else:
+            setup, _, snapshot_bytes = timed(lambda: write_fleet(run, args.hosts, args.gpus))
+            kind = f"{args.gpus} GPUs, synthetic"
+        print(f"fleet      {args.hosts} hosts × {kind}, snapshots {mib(snapshot_bytes)}")
         print(f"           written in {setup:.1f} s (setup, not measured)")
         load: list[tuple[float, float]] = []
         build: list[tuple[float, float]] = []
