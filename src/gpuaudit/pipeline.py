@@ -74,8 +74,9 @@ def assemble_register(run: RunDir, request: ReportRequest) -> Register:
 
     Without findings the rules are evaluated (:func:`evaluate`, with the policy, which also
     supplies waivers), and the register records every rule's outcome on every host; findings
-    given by the caller come without outcomes. Trends compare with the request's previous run,
-    by default with the newest earlier comparable run next to this one (trends.find_previous).
+    given by the caller come without outcomes. Trends compare with the request's previous run
+    (PreviousRunError when that is this run), by default with the newest earlier comparable run next
+    to this one (trends.find_previous).
     The register's provenance is the one the run recorded (provenance.json). The Kubernetes
     view the run keeps (kubeview.py: cluster/kubernetes-nodes.json) is read here, so the
     audit's register and a rebuilt one judge the hosts against the same view.
@@ -89,6 +90,11 @@ def assemble_register(run: RunDir, request: ReportRequest) -> Register:
     previous = request.previous
     if previous is None:
         previous = find_previous(run.path, [s.host for s in snapshots], provenance.scope)
+    elif _same_directory(previous, run.path):
+        raise PreviousRunError(
+            f"the previous run given, {previous}, is the run being reported: a run is not "
+            "compared with itself"
+        )
     register = build_register(
         snapshots,
         list(evaluation.findings),
@@ -100,6 +106,18 @@ def assemble_register(run: RunDir, request: ReportRequest) -> Register:
         outcomes=evaluation.outcomes if request.findings is None else None,
     )
     return register.with_rollouts(open_rollouts(run.path.parent))
+
+
+class PreviousRunError(ValueError):
+    """The run to compare with cannot be this run's previous one (it is this run)."""
+
+
+def _same_directory(path: str | os.PathLike[str], other: Path) -> bool:
+    """Whether ``path`` is ``other`` by any name (a symlink, ``..``, another mount of it)."""
+    try:
+        return os.path.samefile(path, other)
+    except OSError:  # one of them is missing: load_previous says so
+        return False
 
 
 def render_report(run: RunDir, request: ReportRequest) -> dict[str, str]:

@@ -38,7 +38,7 @@ def test_top_level_contract(fleet: list[HostSnapshot], fleet_findings: list[Find
         "checklists",
         "trends",
     }
-    assert reg["schema_version"] == REGISTER_SCHEMA_VERSION == "1.4"
+    assert reg["schema_version"] == REGISTER_SCHEMA_VERSION == "1.5"
     assert reg["generated_at"] == GENERATED_AT
     assert reg["run_id"] == "20261129T161000Z"
     json.dumps(reg)  # JSON-ready as it is

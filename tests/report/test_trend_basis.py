@@ -239,3 +239,31 @@ def test_the_register_is_renamed_last_whenever_it_is_made(tmp_path: Path) -> Non
         atomic_write_streams(later, last=register)
     assert register.read_text() == "r" and not (tmp_path / "c").exists()
     assert sorted(p.name for p in tmp_path.iterdir()) == ["a", "b", "register.json"]
+
+
+def test_the_basis_keeps_boot_times_and_the_rules_that_did_not_judge(tmp_path: Path) -> None:
+    run = new_run_dir(tmp_path, FIRST)
+    booted = healthy_host("h1")
+    booted = dataclasses.replace(
+        booted, os=dataclasses.replace(booted.os, boot_time="2026-11-20T09:30:00Z")
+    )
+    run.write_snapshot(booted)
+    run.write_snapshot(healthy_host("h2"))
+    write_report(run, run.load_snapshots(), policy={"disabled_rules": ["GA301"]})
+    basis = read_trend_basis(run.path)
+    assert basis is not None and basis.register is not None
+    assert {h.host: h.boot_time for h in basis.hosts} == {"h1": "2026-11-20T09:30:00Z", "h2": None}
+    assert "GA301" in basis.register.unjudged["h1"] and "GA301" in basis.register.unjudged["h2"]
+    # A file of this version from before it kept them: the snapshots and register.json tell.
+    path = run.path / BASIS_FILE
+    stat = path.stat()
+    data = json.loads(path.read_text())
+    for entry in data["hosts"]:
+        del entry["boot_time"]
+    del data["register"]["unjudged"]
+    path.write_text(json.dumps(data))
+    os.utime(path, ns=(stat.st_atime_ns, stat.st_mtime_ns))
+    assert read_trend_basis(run.path) is None
+    previous = load_previous(run.path)
+    assert {h.host: h.boot_time for h in previous.hosts}["h1"] == "2026-11-20T09:30:00Z"
+    assert "GA301" in previous.unjudged["h1"]

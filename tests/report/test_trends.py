@@ -10,10 +10,11 @@ from typing import Any
 
 from report_factories import finding, gpu, healthy_host, unreachable_host
 
-from gpuaudit.model.snapshot import EccCounts, HostSnapshot, XidEvent
+from gpuaudit.model.snapshot import EccCounts, HostSnapshot, HostStatus, XidEvent
 from gpuaudit.pipeline import rebuild, write_report
 from gpuaudit.report.provenance import INVENTORY, Scope, bundle_scope, record_provenance
 from gpuaudit.report.run import RunDir, new_run_dir
+from gpuaudit.report.trend_basis import BASIS_FILE
 from gpuaudit.report.trends import build_trends, find_previous, load_previous
 from gpuaudit.rules.base import Evidence, Finding, Outcome, RuleOutcome, Severity
 
@@ -191,7 +192,9 @@ def test_no_growth_from_a_host_that_was_not_audited_before(tmp_path: Path) -> No
     write_run(tmp_path, "20261101T000000Z", [unreachable_host("h1")], [])
     reg = write_run(tmp_path, "20261102T000000Z", [healthy_host("h1")], [xid_finding("h1", 79)])
     trends = reg["trends"]
-    assert trends["growth"] == [] and trends["new"] == ["GA301:79"]
+    assert trends["growth"] == [] and trends["new"] == []
+    # The previous run held h1 but did not look at it: its risk is not known to be new.
+    assert trends["risks_not_judged_before"] == ["GA301:79"]
     assert trends["hosts_added"] == [] and trends["hosts_removed"] == []
 
 
@@ -274,6 +277,43 @@ def test_a_full_run_after_only_a_limit_run_reports_new_hosts_not_new_risks(
     assert trends["hosts_added"] == ["b", "c"]
     assert trends["risks_on_new_hosts"] == ["GA106", "GA301:79"]
     assert trends["persisting"] == ["GA601:net.core.rmem_max"]
+
+
+def test_a_full_run_after_an_interrupted_one_reports_no_old_risk_as_new(tmp_path: Path) -> None:
+    write_run(tmp_path, "20261101T000000Z", *three_hosts(), scope=FLEET)
+    snaps, findings = three_hosts()
+    # Interrupted after a: b and c have snapshots saying they were not audited.
+    stopped = [
+        dataclasses.replace(unreachable_host(h), status=HostStatus.NOT_AUDITED) for h in "bc"
+    ]
+    write_run(tmp_path, "20261102T000000Z", [snaps[0], *stopped], findings[:1], scope=FLEET)
+    trends = write_run(tmp_path, "20261103T000000Z", snaps, findings, scope=FLEET)["trends"]
+    assert trends["previous_run_id"] == "20261102T000000Z"  # it holds all three hosts
+    assert trends["new"] == [] and trends["resolved"] == []
+    assert trends["persisting"] == ["GA601:net.core.rmem_max"]
+    # b's and c's risks were there all along; the interrupted run did not look at them.
+    assert trends["risks_not_judged_before"] == ["GA106", "GA301:79"]
+    page = (tmp_path / "20261103T000000Z/index.html").read_text()
+    panel = page.split('id="trends"', 1)[1].split("</section>", 1)[0]
+    assert "GA106" in panel.split("trend-risks_not_judged_before", 1)[1].split("</div>", 1)[0]
+    digest = (tmp_path / "20261103T000000Z/summary.md").read_text()
+    assert "- New risks: 0" in digest and "GA106" in digest
+
+
+def test_a_risk_whose_rule_did_not_judge_its_host_before_is_not_new(tmp_path: Path) -> None:
+    off = {"disabled_rules": ["GA301"]}
+    write_run(tmp_path, "20261101T000000Z", [healthy_host("h1")], None, policy=off)
+    # GA301 on again: h1's XIDs were in its kernel log before, GA301 did not look at them.
+    trends = write_run(tmp_path, "20261102T000000Z", [healthy_host("h1")], None)["trends"]
+    assert trends["new"] == []
+    assert sorted(trends["risks_not_judged_before"]) == ["GA301:13", "GA301:79"]
+    # The same when the previous run's outcomes are read from its register.json.
+    (tmp_path / "20261101T000000Z" / BASIS_FILE).unlink()
+    rebuild(tmp_path / "20261102T000000Z")
+    again = json.loads((tmp_path / "20261102T000000Z/register.json").read_text())["trends"]
+    assert (
+        again["new"] == [] and again["risks_not_judged_before"] == trends["risks_not_judged_before"]
+    )
 
 
 def test_runs_of_another_inventory_are_not_compared(tmp_path: Path) -> None:
@@ -420,3 +460,72 @@ def test_a_hand_named_run_rebuilt_is_not_compared_with_a_later_audit(tmp_path: P
     rebuild(q1)
     assert json.loads(q1.register_path.read_text())["trends"] is None
     assert find_previous(q1.path) is None
+
+
+def booted(boot_time: str | None, volatile: tuple[int, int], aggregate: int) -> HostSnapshot:
+    """h1 booted at ``boot_time``, its two GPUs with these volatile corrected ECC counts and
+    GPU 0 with ``aggregate`` corrected errors since manufacture; healthy_host's kernel log."""
+    snap = healthy_host("h1")
+    gpus = tuple(
+        dataclasses.replace(
+            board,
+            ecc_volatile=EccCounts(corrected=count, uncorrected=0),
+            ecc_aggregate=EccCounts(corrected=aggregate if board.index == 0 else 0, uncorrected=0),
+        )
+        for board, count in zip(snap.gpus, volatile, strict=True)
+    )
+    return dataclasses.replace(
+        snap, gpus=gpus, os=dataclasses.replace(snap.os, boot_time=boot_time)
+    )
+
+
+def grown(trends: dict[str, Any]) -> list[tuple[str, str, int, int]]:
+    return [(g["pci_bus_id"], g["metric"], g["before"], g["after"]) for g in trends["growth"]]
+
+
+def test_counters_a_reboot_resets_count_from_zero_after_it(tmp_path: Path) -> None:
+    write_run(tmp_path, "20261101T000000Z", [booted("2026-10-01T08:00:00Z", (10, 10), 30)], [])
+    # Rebooted since: the volatile counts and the kernel log start again from nothing.
+    now = booted("2026-11-20T09:30:00Z", (12, 5), 30)
+    trends = write_run(tmp_path, "20261201T000000Z", [now], [])["trends"]
+    assert grown(trends) == [
+        ("0000:18:00.0", "ecc_volatile.corrected", 0, 12),
+        ("0000:18:00.0", "xid_events", 0, 1),
+        ("0000:19:00.0", "ecc_volatile.corrected", 0, 5),
+        ("0000:19:00.0", "xid_events", 0, 1),
+    ]
+    assert any(
+        note.startswith("Rebooted since the previous run") and "h1" in note
+        for note in trends["notes"]
+    )
+    # A boot time read again a second off (the kernel derives it from the clock) is one boot.
+    write_run(tmp_path, "20261202T000000Z", [booted("2026-11-20T09:30:01Z", (12, 5), 31)], [])
+    same_boot = json.loads((tmp_path / "20261202T000000Z/register.json").read_text())["trends"]
+    assert grown(same_boot) == [("0000:18:00.0", "ecc_aggregate.corrected", 30, 31)]
+    assert same_boot["notes"] == []
+
+
+def test_counters_are_compared_as_before_where_a_boot_time_is_unknown(tmp_path: Path) -> None:
+    write_run(tmp_path, "20261101T000000Z", [booted(None, (10, 10), 30)], [])
+    trends = write_run(
+        tmp_path, "20261201T000000Z", [booted("2026-11-20T09:30:00Z", (12, 5), 30)], []
+    )["trends"]
+    assert grown(trends) == [("0000:18:00.0", "ecc_volatile.corrected", 10, 12)]
+    assert trends["notes"] == []
+
+
+def test_a_run_is_never_compared_with_itself(tmp_path: Path) -> None:
+    from gpuaudit.cli import main
+
+    write_run(tmp_path, "20261101T000000Z", [healthy_host("h1")], [])
+    run = RunDir(tmp_path / "20261201T000000Z")
+    write_run(tmp_path, run.run_id, [healthy_host("h1")], [])
+    (tmp_path / "latest").symlink_to(run.path)
+    for itself in (run.path, tmp_path / "latest", run.hosts_dir / ".."):
+        assert main(["report", str(run.path), "--previous", str(itself)]) == 2
+    register = json.loads(run.register_path.read_text())
+    assert register["trends"]["previous_run_id"] == "20261101T000000Z"  # left as it was
+    # Nor is the run found as its own previous run, by any name it goes by.
+    (tmp_path / "20261102T000000Z").symlink_to(run.path)
+    assert find_previous(run.path) == tmp_path / "20261101T000000Z"
+    assert find_previous(tmp_path / "latest") == tmp_path / "20261101T000000Z"

@@ -211,6 +211,11 @@ def _trends(trends: Trends | None) -> list[str]:
             "- Not re-checked (its host or its rule did not look this time): "
             + _some(unverified, _LIST_LIMIT)
         )
+    if trends.risks_not_judged_before:
+        lines.append(
+            "- Not checked last time (its host or its rule did not look then): "
+            + _some(trends.risks_not_judged_before, _LIST_LIMIT)
+        )
     for hosts, label in (
         (trends.hosts_added, "New hosts"),
         (trends.hosts_removed, "Not in this run's scope"),

@@ -3,7 +3,7 @@
 Every renderer reads the one :class:`~gpuaudit.report.register_types.Register` built here; its
 ``to_dict()`` is ``register.json``, the versioned document outside tools read. Its shape::
 
-    schema_version  "1.4" (major bumps on breaking changes; minors only add keys or values)
+    schema_version  "1.5" (major bumps on breaking changes; minors only add keys or values)
     generated_at    ISO 8601 UTC
     run_id          e.g. "20261129T161000Z" (None when the register is not tied to a run)
     summary         counts: findings by severity / category / owner, hosts by status, GPUs,
@@ -21,7 +21,8 @@ Every renderer reads the one :class:`~gpuaudit.report.register_types.Register` b
                     "status" ("open" | "waived"), "waiver" and "waiver_expired"
     checklists      the readiness checklists scored per host and fleet, each with the docs
                     section that explains it in "reference" (checklists.py)
-    trends          comparison with the previous run (trends.py), None without one
+    trends          comparison with the previous run (trends.py), None without one;
+                    "risks_not_judged_before" (schema 1.5)
     provenance      scope, policy file and sha256, versions, operator and command line
                     (provenance.py; written by RunDir.write_report, absent when not given)
     rollouts        driver rollouts beside the run that are running, halted or paused
@@ -62,7 +63,7 @@ from gpuaudit.rules.base import REGISTRY, Finding, Outcome, Owner, RuleOutcome, 
 
 __all__ = ["Register", "at_or_above", "build_register", "is_risk_severity"]
 
-REGISTER_SCHEMA_VERSION = "1.4"
+REGISTER_SCHEMA_VERSION = "1.5"
 
 # Most severe first: the order counts and findings are presented in everywhere.
 SEVERITY_ORDER: tuple[Severity, ...] = tuple(sorted(Severity, key=lambda s: -s.rank))

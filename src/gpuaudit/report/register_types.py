@@ -528,6 +528,7 @@ class Trends:
     unverified: tuple[RiskBrief, ...] = ()
     persisting: tuple[str, ...] = ()
     risks_on_new_hosts: tuple[str, ...] = ()
+    risks_not_judged_before: tuple[str, ...] = ()
     risks_not_in_scope: tuple[RiskBrief, ...] = ()
     fleet_not_compared: tuple[str, ...] = ()
     hosts_added: tuple[str, ...] = ()
@@ -547,6 +548,7 @@ class Trends:
             "unverified": [r.to_dict() for r in self.unverified],
             "persisting": list(self.persisting),
             "risks_on_new_hosts": list(self.risks_on_new_hosts),
+            "risks_not_judged_before": list(self.risks_not_judged_before),
             "risks_not_in_scope": [r.to_dict() for r in self.risks_not_in_scope],
             "fleet_not_compared": list(self.fleet_not_compared),
             "hosts_added": list(self.hosts_added),

@@ -184,6 +184,7 @@ def trends_view(
         "persisting": _capped(described(trends.get("persisting"))),
         "unverified": _capped(briefs(trends.get("unverified"))),
         "risks_on_new_hosts": _capped(described(trends.get("risks_on_new_hosts"))),
+        "risks_not_judged_before": _capped(described(trends.get("risks_not_judged_before"))),
         "risks_not_in_scope": _capped(briefs(trends.get("risks_not_in_scope"))),
         "fleet_not_compared": _capped(described(trends.get("fleet_not_compared"))),
         "growth": _capped(growth),

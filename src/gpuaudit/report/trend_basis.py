@@ -1,11 +1,11 @@
 """What trends compare of a run's hosts, kept beside its register: ``trend-basis.json``.
 
-Trends (trends.py) compare a run with the previous one on each host's status, collection time
-and driver, and per GPU (by UUID, else by PCI bus id) on its error counters and its XID events
-from the kernel log. register.json does not hold the counters, so a previous run used to be
-read back from its snapshots, which costs as much as loading this run's. The report writes
-those values, a few per GPU, into ``trend-basis.json`` beside register.json; the next run's
-trends read them from there.
+Trends (trends.py) compare a run with the previous one on each host's status, collection time,
+boot time and driver, and per GPU (by UUID, else by PCI bus id) on its error counters and its
+XID events from the kernel log. register.json does not hold the counters, so a previous run
+used to be read back from its snapshots, which costs as much as loading this run's. The report
+writes those values, a few per GPU, into ``trend-basis.json`` beside register.json; the next
+run's trends read them from there.
 
 The file is trusted only while the snapshots it was made from are the run's snapshots: it
 names each snapshot file with its size and modification time, and :func:`read_basis` gives
@@ -13,19 +13,24 @@ None (trends then load the snapshots, as without the file) when ``hosts/`` holds
 of files or any of them changed since. A report of snapshots that are not the run's files
 (two snapshots of one host, snapshots never written there) writes no such file.
 
-Trends also name the previous run's risks and when its register was made, which register.json
-holds among everything else: at 10,000 hosts reading it back costs more than the rest of the
-comparison. The file keeps those too (:class:`RegisterSeal`), with the size and SHA-256 of the
-register.json written beside it; they are used only while register.json is still those bytes
-(hashing it costs a fiftieth of parsing it), else register.json is read as before.
+Trends also name the previous run's risks, the rules that did not judge each of its audited
+hosts (not evaluated there, or disabled by the policy: a risk of theirs found now is not new)
+and when its register was made, which register.json holds among everything else: at 10,000
+hosts reading it back costs more than the rest of the comparison. The file keeps those too
+(:class:`RegisterSeal`), with the size and SHA-256 of the register.json written beside it; they
+are used only while register.json is still those bytes (hashing it costs a fiftieth of parsing
+it), else register.json is read as before.
 
 Shape: ``{"version": 2, "hosts": [{"file", "size", "mtime_ns", "host", "collected_at",
-"status", "driver", "gpus": [[index, pci_bus_id, [counter, …], uuid], …],
+"status", "driver", "boot_time", "gpus": [[index, pci_bus_id, [counter, …], uuid], …],
 "xids": {bus: count}}], "register": {"size", "sha256", "generated_at", "risks": [[id, title,
-severity, [host, …]], …]}}``, the counters in :data:`GPU_COUNTERS` order; ``register`` is
-absent from files written before it was kept, and from a report without register.json.
-Version 1 kept no GPU UUIDs: such a file is not used (the snapshots are read), as a replaced
-GPU could not be told from the old one in its slot.
+severity, [host, …]], …], "unjudged": [[[rule, …], [host, …]], …]}}``, the counters in
+:data:`GPU_COUNTERS` order, ``unjudged`` the hosts that one set of rules did not judge, for
+each such set. ``register`` is absent from a report without register.json. Version 1 kept no
+GPU UUIDs: such a file is not used (the snapshots are read), as a replaced GPU could not be
+told from the old one in its slot. Nor are the hosts of a version 2 file written before it
+kept ``boot_time`` (the snapshots are read), nor its register's part written before it kept
+``unjudged`` (register.json is read).
 """
 
 from __future__ import annotations
@@ -35,12 +40,14 @@ import json
 import os
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from gpuaudit.model.snapshot import Gpu, HostSnapshot, HostStatus, bus_key
-from gpuaudit.report.register_types import Register, RiskBrief
+from gpuaudit.model.status import NOT_COLLECTED
+from gpuaudit.report.register_types import HostEntry, Register, RiskBrief
+from gpuaudit.rules.base import Outcome
 
 BASIS_FILE = "trend-basis.json"
 BASIS_VERSION = 2
@@ -78,17 +85,20 @@ class HostCounters:
     driver: str | None
     gpus: tuple[GpuCounters, ...]
     xids: Mapping[str, int]  # XID events per PCI bus id
+    boot_time: str | None = None  # ISO 8601 UTC (OsInfo.boot_time); None: the host did not say
 
 
 @dataclass(frozen=True)
 class RegisterSeal:
-    """What trends take of a run's register.json (when it was made, and its risks as
-    :class:`RiskBrief`), with the size and SHA-256 of that file as it was written."""
+    """What trends take of a run's register.json (when it was made, its risks as
+    :class:`RiskBrief`, and :func:`unjudged_rules` of its hosts), with the size and SHA-256 of
+    that file as it was written."""
 
     size: int
     sha256: str
     generated_at: str
     risks: tuple[RiskBrief, ...]
+    unjudged: Mapping[str, frozenset[str]] = field(default_factory=dict)
 
     def matches(self, path: Path) -> bool:
         """Whether the file at ``path`` is still the register these were taken from."""
@@ -137,7 +147,31 @@ class TextDigest:
             RiskBrief(r.id, r.title, r.severity.value, tuple(sorted(r.affected_hosts)))
             for r in register.risks
         )
-        return RegisterSeal(self._size, self._hash.hexdigest(), register.generated_at, risks)
+        unjudged = unjudged_rules(register.hosts)
+        return RegisterSeal(
+            self._size, self._hash.hexdigest(), register.generated_at, risks, unjudged
+        )
+
+
+# A rule that did not judge a host: its data did not arrive, or the policy turned it off. One
+# not applicable to a host did judge it: the thing it checks is not there.
+NOT_JUDGED = frozenset((Outcome.NOT_EVALUATED, Outcome.DISABLED))
+_NOT_AUDITED = frozenset(status.value for status in NOT_COLLECTED)
+
+
+def unjudged_rules(hosts: Iterable[HostEntry]) -> dict[str, frozenset[str]]:
+    """Host → the rules that did not judge it (:data:`NOT_JUDGED`), for each audited host with
+    any. A host not audited was judged by no rule but GA001: its status says so. Hosts with the
+    same rules share one set (most hosts of a run have the same few)."""
+    shared: dict[frozenset[str], frozenset[str]] = {}
+    unjudged = {}
+    for host in hosts:
+        if host.status in _NOT_AUDITED:
+            continue
+        rules = frozenset(o.rule for o in host.outcomes if o.outcome in NOT_JUDGED)
+        if rules:
+            unjudged[host.name] = shared.setdefault(rules, rules)
+    return unjudged
 
 
 # GPU_COUNTERS' paths split once: counters() reads them for every GPU of the fleet.
@@ -178,6 +212,7 @@ def host_counters(snap: HostSnapshot) -> HostCounters:
         snap.driver_version or snap.driver_version_proc,
         tuple(GpuCounters(g.index, g.pci_bus_id, counters(g), g.uuid) for g in snap.gpus),
         dict(xid_counts(snap)),
+        snap.os.boot_time,
     )
 
 
@@ -225,10 +260,19 @@ def basis_chunks(
             "sha256": register.sha256,
             "generated_at": register.generated_at,
             "risks": [[r.id, r.title, r.severity, list(r.affected_hosts)] for r in register.risks],
+            "unjudged": _by_rules(register.unjudged),
         }
         yield '\n], "register": ' + json.dumps(kept, ensure_ascii=False) + "}\n"
 
     return pieces()
+
+
+def _by_rules(unjudged: Mapping[str, frozenset[str]]) -> list[list[list[str]]]:
+    """[[rules, hosts], …]: each set of rules once, with the hosts it did not judge."""
+    hosts: dict[frozenset[str], list[str]] = {}
+    for host, rules in unjudged.items():
+        hosts.setdefault(rules, []).append(host)
+    return [[sorted(rules), names] for rules, names in hosts.items()]
 
 
 def _entry(host: HostCounters) -> dict[str, Any]:
@@ -237,6 +281,7 @@ def _entry(host: HostCounters) -> dict[str, Any]:
         "collected_at": host.collected_at,
         "status": host.status.value,
         "driver": host.driver,
+        "boot_time": host.boot_time,
         "gpus": [[g.index, g.pci_bus_id, list(g.counters), g.uuid] for g in host.gpus],
         "xids": dict(host.xids),
     }
@@ -287,11 +332,17 @@ def _register_seal(kept: Mapping[str, Any]) -> RegisterSeal:
         if not isinstance(hosts, list) or not all(isinstance(text, str) for text in texts):
             raise TypeError("a risk's id, title, severity or host is not text")
         risks.append(RiskBrief(risk_id, title, severity, tuple(hosts)))
-    return RegisterSeal(size, sha256, generated_at, tuple(risks))
+    unjudged = {}
+    for rules, hosts in kept["unjudged"]:
+        lists = isinstance(rules, list) and isinstance(hosts, list)
+        if not lists or not all(isinstance(text, str) for text in (*rules, *hosts)):
+            raise TypeError("a rule or a host that it did not judge is not text")
+        unjudged.update(dict.fromkeys(hosts, frozenset(rules)))
+    return RegisterSeal(size, sha256, generated_at, tuple(risks), unjudged)
 
 
 def _host(entry: Mapping[str, Any]) -> HostCounters:
-    driver = entry["driver"]
+    driver, boot_time = entry["driver"], entry["boot_time"]
     gpus = tuple(
         GpuCounters(
             int(index),
@@ -310,4 +361,5 @@ def _host(entry: Mapping[str, Any]) -> HostCounters:
         None if driver is None else str(driver),
         gpus,
         {str(bus): int(n) for bus, n in entry["xids"].items()},
+        None if boot_time is None else str(boot_time),
     )

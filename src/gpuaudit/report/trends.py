@@ -4,17 +4,21 @@ Like is compared with like. Only hosts that both runs hold are compared: a host 
 and the previous one did not is a new host (its risks are ``risks_on_new_hosts``, never "new"),
 and a host the previous run held that is not in this run's scope (a ``--limit`` run, a host
 taken out of the inventory, a bundle run of one machine) is "not in scope" (its risks are
-``risks_not_in_scope``, never "resolved").
+``risks_not_in_scope``, never "resolved"). A risk is new only where the previous run looked for
+it: a risk on hosts the previous run held but did not audit (unreachable, an interrupted run),
+or whose rule did not judge them then (disabled by its policy, its data missing), is
+``risks_not_judged_before``; and one gone where this run did not look is ``unverified``.
 
-The previous run is the one given (``--previous reports/<run>``, ``GPUAUDIT_PREVIOUS``) or, by
-default, chosen by :func:`find_previous` among the earlier run directories next to this one
-that hold a ``register.json``: runs of a comparable scope (provenance.Scope: the same
-inventory; for a bundle run, any run) that hold at least one of this run's hosts; of those the
-one that holds most of them, then the newest. A full run is then compared with the last full
-run, not with a ``--limit`` run in between, and a run with no comparable predecessor has no
-trends. "Earlier" is read from run ids when they are the UTC timestamps gpuaudit makes
-(``20261129T161000Z``, ``…-2``): then only such runs are candidates, so a hand-named run next to
-them (``reports/example``) is never mistaken for the last audit. A run with a hand-chosen id is
+The previous run is the one given (``--previous reports/<run>``, ``GPUAUDIT_PREVIOUS``; this run
+itself, by whatever path, is refused: pipeline.assemble_register) or, by default, chosen by
+:func:`find_previous` among the earlier run directories next to this one that hold a
+``register.json``: runs of a comparable scope (provenance.Scope: the same inventory; for a
+bundle run, any run) that hold at least one of this run's hosts; of those the one that holds
+most of them, then the newest. A full run is then compared with the last full run, not with a
+``--limit`` run in between, and a run with no comparable predecessor has no trends. "Earlier"
+is read from run ids when they are the UTC timestamps gpuaudit makes (``20261129T161000Z``,
+``…-2``): then only such runs are candidates, so a hand-named run next to them
+(``reports/example``) is never mistaken for the last audit. A run with a hand-chosen id is
 compared with sibling runs by when its snapshots were written: the modification time of its
 ``hosts/`` directory, which rebuilding its report leaves alone (of the run directory, which every
 report written changes, only when it has no ``hosts/``).
@@ -22,18 +26,22 @@ report written changes, only when it has no ``hosts/``).
 Snapshots are the source of truth here too: hosts, drivers and counters come from the previous
 run's ``hosts/`` (so trends work from snapshots alone), read from its ``trend-basis.json``
 (trend_basis.py: those values of each snapshot, written with its register) while that file
-still matches the snapshot files, else from the snapshots themselves. Risk ids come from its
-``register.json`` (``risks``, else regrouped ``findings``), as trend-basis.json keeps them while
-register.json is still the file they were taken from; with no readable register the rules are
-run on the previous snapshots with the previous run's own ``policy.yaml`` when it kept one.
+still matches the snapshot files, else from the snapshots themselves. Risk ids, and the rules
+that did not judge each host (its hosts' outcomes), come from its ``register.json`` (``risks``,
+else regrouped ``findings``), as trend-basis.json keeps them while register.json is still the
+file they were taken from; with no readable register the rules are run on the previous
+snapshots with the previous run's own ``policy.yaml`` when it kept one.
 
 Counters compared per GPU (host + UUID where both runs know it, so a GPU moved to another slot
 is compared with itself; else host + PCI bus id, which survives re-enumeration of GPU indexes):
 ECC volatile/aggregate corrected/uncorrected, remapped rows, retired pages and XID events from
 the kernel log. A slot that holds a GPU of another UUID than before (an RMA swap) is not
-compared: the new board's counters are its own history; a note names it. Volatile ECC counts
-reset with the driver and the kernel log with a reboot, so only growth is reported, never a
-drop.
+compared: the new board's counters are its own history; a note names it. Only growth is
+reported, never a drop. Volatile ECC counts reset with the driver and the kernel log with a
+reboot: where both runs know the host's boot time (OsInfo.boot_time) and it changed, those
+count from zero after it (all they count now is growth) and a note names the hosts rebooted;
+the aggregate counts, remapped rows and retired pages outlive a reboot and are compared as
+they are. Where either run does not know the boot time, a reset reads as no growth.
 
 Shape (``register["trends"]``, None without a previous run): ``previous_run_id``,
 ``previous_generated_at``, ``previous_scope`` (its provenance scope, None when not recorded),
@@ -42,10 +50,12 @@ compared hosts, in register order), ``resolved`` ([{id, title, severity, affecte
 status: "resolved"}]: gone from the compared hosts), ``unverified`` (same entries without
 status: gone only because a host they were on could not be audited this time, or because their
 rule did not judge it this time, its data missing or the policy turning the rule off, so not
-counted as resolved), ``risks_on_new_hosts`` (ids), ``risks_not_in_scope`` (entries like
-``unverified``), ``fleet_not_compared`` (ids of fleet-rule risks, GA7xx, that came or went
-while the two runs held different hosts: those rules judge a host against the others, so their
-verdict changed with the peers in scope, not necessarily with the host),
+counted as resolved), ``risks_not_judged_before`` (ids: risks that are not on any compared host
+the previous run judged by their rule, so not counted as new), ``risks_on_new_hosts`` (ids),
+``risks_not_in_scope`` (entries like ``unverified``), ``fleet_not_compared`` (ids of fleet-rule
+risks, GA7xx, that came or went while the two runs held different hosts: those rules judge a
+host against the others, so their verdict changed with the peers in scope, not necessarily with
+the host),
 ``hosts_added`` (new hosts), ``hosts_removed`` (hosts not in this run's scope),
 ``driver_changes`` ([{host, from, to}]), ``growth`` ([{host, gpu, pci_bus_id, metric, before,
 after}]) and ``notes`` (what a reader should know about the comparison, as sentences).
@@ -58,7 +68,7 @@ import json
 import os
 import re
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -70,12 +80,13 @@ from gpuaudit.report.register_types import CounterGrowth, DriverChange, Risk, Ri
 from gpuaudit.report.risks import build_risks
 from gpuaudit.report.trend_basis import (
     GPU_COUNTERS,
+    NOT_JUDGED,
     GpuCounters,
     HostCounters,
     host_counters,
     read_trend_basis,
 )
-from gpuaudit.rules.base import Finding, Outcome, RuleOutcome
+from gpuaudit.rules.base import Finding, RuleOutcome
 
 if TYPE_CHECKING:
     from gpuaudit.policy import Policy
@@ -101,6 +112,9 @@ class PreviousRun:
     risks: tuple[RiskBrief, ...]  # id, title, severity, affected_hosts of each risk
     scope: Scope | None = None  # what it covered, when it recorded that (provenance.py)
     notes: tuple[str, ...] = ()
+    # Host → the rules that did not judge it there (trend_basis.unjudged_rules); a host not
+    # named was judged by every rule, or not audited at all (its status says which).
+    unjudged: Mapping[str, frozenset[str]] = field(default_factory=dict)
 
 
 def _run_order(path: Path) -> tuple[bool, datetime, int]:
@@ -175,7 +189,9 @@ def load_previous(path: str | os.PathLike[str]) -> PreviousRun:
     seal = basis.register if basis is not None else None
     if basis is not None and seal is not None and seal.matches(run.register_path):
         # All from trend-basis.json: register.json is still the file its risks were taken from.
-        return PreviousRun(run.run_id, seal.generated_at, basis.hosts, seal.risks, scope=scope)
+        return PreviousRun(
+            run.run_id, seal.generated_at, basis.hosts, seal.risks, scope, (), seal.unjudged
+        )
     register = _read_register(run.register_path)
     notes: list[str] = []
     # The counters from trend-basis.json when it still matches the snapshots, and the risks
@@ -185,11 +201,13 @@ def load_previous(path: str | os.PathLike[str]) -> PreviousRun:
     if hosts is None or risks is None:
         snapshots = tuple(run.load_snapshots())
         hosts = tuple(host_counters(s) for s in snapshots)
-        risks = _previous_risks(register, snapshots, run.path, notes)
+        risks, unjudged = _previous_risks(register, snapshots, run.path, notes)
+    else:
+        unjudged = _register_unjudged(register)
     generated_at = register.get("generated_at") if register else None
     if not isinstance(generated_at, str):
         generated_at = max((h.collected_at for h in hosts), default=None)
-    return PreviousRun(run.run_id, generated_at, hosts, tuple(risks), scope, tuple(notes))
+    return PreviousRun(run.run_id, generated_at, hosts, tuple(risks), scope, tuple(notes), unjudged)
 
 
 def _read_register(path: Path) -> dict[str, Any] | None:
@@ -215,6 +233,30 @@ def _register_risks(register: Mapping[str, Any] | None) -> list[RiskBrief] | Non
     return None
 
 
+_NOT_JUDGED_VALUES = frozenset(o.value for o in NOT_JUDGED)
+_NOT_AUDITED_VALUES = frozenset(s.value for s in NOT_COLLECTED)
+
+
+def _register_unjudged(register: Mapping[str, Any] | None) -> dict[str, frozenset[str]]:
+    """trend_basis.unjudged_rules of a previous register.json's hosts, from its JSON as read
+    (none where it kept no outcomes: then every rule is taken to have judged every host)."""
+    hosts = register.get("hosts") if register else None
+    shared: dict[frozenset[str], frozenset[str]] = {}
+    unjudged = {}
+    for host in hosts if isinstance(hosts, list) else ():
+        outcomes = host.get("outcomes") if isinstance(host, dict) else None
+        if not isinstance(outcomes, dict) or host.get("status") in _NOT_AUDITED_VALUES:
+            continue
+        rules = frozenset(
+            str(rule)
+            for rule, entry in outcomes.items()
+            if isinstance(entry, dict) and entry.get("outcome") in _NOT_JUDGED_VALUES
+        )
+        if rules:
+            unjudged[str(host.get("name"))] = shared.setdefault(rules, rules)
+    return unjudged
+
+
 def _briefs(findings: Sequence[Finding]) -> list[RiskBrief]:
     return [
         RiskBrief(r.id, r.title, r.severity.value, r.affected_hosts) for r in build_risks(findings)
@@ -226,13 +268,21 @@ def _previous_risks(
     snapshots: Sequence[HostSnapshot],
     run_path: Path,
     notes: list[str],
-) -> list[RiskBrief]:
+) -> tuple[list[RiskBrief], dict[str, frozenset[str]]]:
+    """The previous run's risks and the rules that did not judge its hosts: from its register,
+    else from its snapshots judged again."""
     from_register = _register_risks(register)
     if from_register is not None:
-        return from_register
-    from gpuaudit.rules import evaluate
+        return from_register, _register_unjudged(register)
+    from gpuaudit.rules import assess
 
-    return _briefs(list(evaluate(snapshots, policy=_own_policy(run_path, notes))))
+    judged = assess(snapshots, policy=_own_policy(run_path, notes))
+    audited = {s.host for s in snapshots if s.status not in NOT_COLLECTED}
+    unjudged: dict[str, set[str]] = {}
+    for outcome in judged.outcomes:
+        if outcome.outcome in NOT_JUDGED and outcome.host in audited:
+            unjudged.setdefault(outcome.host, set()).add(outcome.rule)
+    return _briefs(judged.findings), {h: frozenset(rules) for h, rules in unjudged.items()}
 
 
 def _own_policy(run_path: Path, notes: list[str]) -> Policy | None:
@@ -278,7 +328,14 @@ def build_trends(
     before = _latest_by_host(previous.hosts)
     shared = set(now) & set(before)
     audited = {h for h in shared if now[h].status not in NOT_COLLECTED}
+    audited_before = {h for h in shared if before[h].status not in NOT_COLLECTED}
     previous_by_id = {r.id: r for r in previous.risks}
+    unjudged_before = previous.unjudged
+
+    def judged_before(rule: str, hosts: Iterable[str]) -> bool:
+        """Whether the previous run judged any of ``hosts`` by ``rule``: audited it, and the
+        rule was neither off there nor without its data."""
+        return any(h in audited_before and rule not in unjudged_before.get(h, ()) for h in hosts)
 
     def compared(hosts: Iterable[Any] | None) -> set[str] | None:
         """The compared hosts among a risk's; None for a risk tied to no host."""
@@ -289,7 +346,7 @@ def build_trends(
     # verdict changes with the peers, not with the host.
     peers_differ = set(now) != set(before)
     fleet_rules = _fleet_rules() if peers_differ else frozenset()
-    new, persisting, on_new_hosts, fleet_not_compared = [], [], [], []
+    new, persisting, on_new_hosts, not_judged_before, fleet_not_compared = [], [], [], [], []
     for risk in risks:
         rid = risk.id
         hosts_now = compared(risk.affected_hosts)
@@ -300,6 +357,8 @@ def build_trends(
             persisting.append(rid)
         elif _rule_of(rid) in fleet_rules:
             fleet_not_compared.append(rid)
+        elif hosts_now and not judged_before(_rule_of(rid), hosts_now):
+            not_judged_before.append(rid)  # the previous run did not look for it there
         else:
             new.append(rid)
     current_ids = {r.id for r in risks}
@@ -322,9 +381,18 @@ def build_trends(
             resolved.append(brief)
     # Counters and drivers are only compared where both audits saw the host: an unreachable
     # host has no counters, and "none before" would read as growth.
-    both = sorted(h for h in audited if before[h].status not in NOT_COLLECTED)
+    both = sorted(audited & audited_before)
     notes: list[str] = []
-    growth = [g for h in both for g in _growth(h, before[h], host_counters(now[h]), notes)]
+    rebooted = []
+    growth = []
+    for host in both:
+        counters_now = host_counters(now[host])
+        restarted = _rebooted(before[host], counters_now)
+        if restarted:
+            rebooted.append(host)
+        growth += _growth(host, before[host], counters_now, notes, restarted)
+    if rebooted:
+        notes.append(_reboot_note(rebooted))
     return Trends(
         previous_run_id=previous.run_id,
         previous_generated_at=previous.generated_at,
@@ -335,6 +403,7 @@ def build_trends(
         unverified=tuple(unverified),
         persisting=tuple(persisting),
         risks_on_new_hosts=tuple(on_new_hosts),
+        risks_not_judged_before=tuple(not_judged_before),
         risks_not_in_scope=tuple(not_in_scope),
         fleet_not_compared=tuple(fleet_not_compared),
         hosts_added=tuple(sorted(set(now) - set(before))),
@@ -346,13 +415,9 @@ def build_trends(
 
 
 def _unjudged(outcomes: Iterable[RuleOutcome] | None) -> frozenset[tuple[str, str]]:
-    """(rule, host) where the rule did not judge the host: its data did not arrive, or the
-    policy turned it off. A rule not applicable to a host did judge it: the thing it checks is
-    gone from there."""
-    return frozenset((o.rule, o.host) for o in outcomes or () if o.outcome in _NOT_JUDGED)
-
-
-_NOT_JUDGED = frozenset((Outcome.NOT_EVALUATED, Outcome.DISABLED))
+    """(rule, host) where the rule did not judge the host (trend_basis.NOT_JUDGED): its data
+    did not arrive, or the policy turned it off."""
+    return frozenset((o.rule, o.host) for o in outcomes or () if o.outcome in NOT_JUDGED)
 
 
 def _rule_of(risk_id: str) -> str:
@@ -393,9 +458,53 @@ def _driver_changes(
     return changes
 
 
+# Within a minute, two boot times are one boot: the kernel derives it from the clock, so two
+# readings of one boot can be a second or so apart.
+_SAME_BOOT_S = 60
+_BOOT_TIME_FORMAT = "%Y-%m-%dT%H:%M:%SZ"  # OsInfo.boot_time
+# Counted since the driver loaded: a reboot starts them again from zero, as it does the
+# kernel log's XIDs. The aggregate counts, remapped rows and retired pages outlive it.
+_SINCE_BOOT = frozenset(
+    n for n, metric in enumerate(GPU_COUNTERS) if metric.startswith("ecc_volatile.")
+)
+# How many of the rebooted hosts the note names.
+_REBOOTS_NAMED = 20
+
+
+def _rebooted(before: HostCounters, now: HostCounters) -> bool:
+    """Whether the host booted again between the runs, as both runs' boot times tell (False
+    where either run does not know it)."""
+    if before.boot_time is None or now.boot_time is None or before.boot_time == now.boot_time:
+        return False
+    try:
+        then = datetime.strptime(before.boot_time, _BOOT_TIME_FORMAT)
+        since = datetime.strptime(now.boot_time, _BOOT_TIME_FORMAT)
+    except ValueError:
+        return False
+    return abs((since - then).total_seconds()) >= _SAME_BOOT_S
+
+
+def _reboot_note(hosts: Sequence[str]) -> str:
+    named = ", ".join(hosts[:_REBOOTS_NAMED])
+    if len(hosts) > _REBOOTS_NAMED:
+        named += f" and {len(hosts) - _REBOOTS_NAMED} more"
+    return (
+        f"Rebooted since the previous run (booted at another time than before): {named}. "
+        "Their volatile ECC counts and kernel-log XIDs started again from zero at the reboot: "
+        "all they count now is counted as growth."
+    )
+
+
+def _since_boot(counts: tuple[int | None, ...]) -> tuple[int | None, ...]:
+    """A GPU's counters before a reboot, as the counts that it reset start again: from zero."""
+    return tuple(0 if n in _SINCE_BOOT else count for n, count in enumerate(counts))
+
+
 def _growth(
-    host: str, before: HostCounters, now: HostCounters, notes: list[str]
+    host: str, before: HostCounters, now: HostCounters, notes: list[str], rebooted: bool = False
 ) -> list[CounterGrowth]:
+    """The counters of ``host`` that grew between the runs; where it ``rebooted`` between
+    them, those a reboot resets grew by all they count now."""
     pairs, replaced = _same_gpus(before.gpus, now.gpus)
     for gpu, earlier in replaced:
         notes.append(
@@ -407,12 +516,13 @@ def _growth(
     for old, new in pairs:
         bus = new.pci_bus_id or ""
         old_bus_of[bus] = old.pci_bus_id
+        baseline = _since_boot(old.counters) if rebooted else old.counters
         for number, metric in enumerate(GPU_COUNTERS):
-            rows.append((new, bus, metric, old.counters[number], new.counters[number]))
+            rows.append((new, bus, metric, baseline[number], new.counters[number]))
     # Kernel-log XIDs are named by bus id: a moved GPU's earlier events are at its old one.
     skipped = {gpu.pci_bus_id for gpu, _ in replaced}
     by_bus = {g.pci_bus_id: g for g in now.gpus if g.pci_bus_id}
-    old_xids, new_xids = before.xids, now.xids
+    old_xids, new_xids = {} if rebooted else before.xids, now.xids
     for bus in sorted(set(new_xids) - skipped):
         earlier_bus = old_bus_of.get(bus, bus)
         old_count = old_xids.get(earlier_bus, 0) if earlier_bus else 0
