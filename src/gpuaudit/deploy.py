@@ -23,7 +23,8 @@ Settings come from the environment so the same deploy file serves prod and the d
 ``reports``) and ``GPUAUDIT_RUN_ID`` (default: UTC time) name a new one; ``GPUAUDIT_TIMEOUT``
 (seconds for one host's collection, default 300; each GPU tool call inside it is bounded by a
 fifth of that, at most 60 s); ``GPUAUDIT_PREVIOUS`` (the run trends compare
-with; default the newest earlier one); ``GPUAUDIT_FAIL_ON`` (junit.xml's failure threshold);
+with; default the newest earlier one); ``GPUAUDIT_FAIL_ON`` (junit.xml's failure threshold, a
+severity in any case);
 ``GPUAUDIT_POLICY`` (a site policy file, see gpuaudit.policy: loaded once per run, copied into
 the run directory as policy.yaml so ``gpuaudit report`` judges the run the same way later).
 """
@@ -56,6 +57,7 @@ from pyinfra.context import ctx_host, ctx_state
 from pyinfra.operations import python
 
 from gpuaudit.assemble.build import build_snapshot, failed_snapshot
+from gpuaudit.audit_run import SEVERITIES
 from gpuaudit.collect import new_nonce
 from gpuaudit.facts.gpu import NOT_UNPACKED, GpuAuditSections
 from gpuaudit.model.jsonable import as_given_json
@@ -182,6 +184,25 @@ def current_policy() -> Policy | None:
             logger.info(f"--> gpuaudit policy: {path} (copied to {copied})")
         _policies[key] = policy
     return _policies[key]
+
+
+def fail_on_threshold() -> str | None:
+    """junit.xml's failure threshold (``GPUAUDIT_FAIL_ON``): one of ``gpuaudit audit
+    --fail-on``'s severities, in any case (``HIGH`` is high); None where it is unset.
+
+    Any other value stops the run before a host is collected, with one error line: a run asked
+    to fail on some severity that could not would pass every CI gate that reads its junit.xml,
+    and one that guessed another threshold would gate on something nobody asked for."""
+    given = os.environ.get("GPUAUDIT_FAIL_ON") or None
+    if given is None:
+        return None
+    threshold = given.strip().lower()
+    if threshold not in SEVERITIES:
+        raise PyinfraError(
+            f"gpuaudit: GPUAUDIT_FAIL_ON={given!r} is no severity: use one of "
+            + ", ".join(SEVERITIES)
+        )
+    return threshold
 
 
 def policy_path(state: State) -> str | None:
@@ -430,20 +451,24 @@ def write_run_register(run: RunDir, policy: Policy | None) -> Path:
         run.load_snapshots(),
         policy=policy,
         previous=os.environ.get("GPUAUDIT_PREVIOUS") or None,
-        fail_on=os.environ.get("GPUAUDIT_FAIL_ON") or None,
+        fail_on=fail_on_threshold(),
     )
 
 
 def write_register(state: State, host: Host, run: RunDir, policy: Policy | None = None) -> bool:
     """Account for every inventory host (:func:`account_for_hosts`), then write the register
-    and the page. A reports directory that cannot take them is one error line, not a
-    traceback (and the operation fails)."""
+    and the page. A reports directory that cannot take them, or a previous run to compare with
+    that is this run (GPUAUDIT_PREVIOUS), is one error line, not a traceback (and the operation
+    fails)."""
+    from gpuaudit.pipeline import PreviousRunError
+
     try:
         account_for_hosts(state, run)
         index = write_run_register(run, policy)
-    except OSError as error:
+    except (OSError, PreviousRunError) as error:
+        why = os_error_text(error) if isinstance(error, OSError) else str(error)
         host.log_styled(
-            f"gpuaudit: cannot write the register in {run.path}: {os_error_text(error)}",
+            f"gpuaudit: cannot write the register in {run.path}: {why}",
             fg="red",
             log_func=logger.error,
         )
@@ -457,7 +482,8 @@ def audit() -> None:
     """Queue the audit for the current host (call from a deploy file). In a shard of a
     sharded run (``GPUAUDIT_SHARD``) the host is only collected: ``gpuaudit audit`` writes the
     register once, after every shard."""
-    policy = current_policy()  # first: a policy that cannot be used leaves no run directory
+    fail_on_threshold()  # first: a threshold or policy that cannot be used leaves no run
+    policy = current_policy()  # directory behind
     if id(ctx_state.get()) not in _runs:
         settle_for_collection()  # once per run, before its first host is collected
     run = current_run()

@@ -188,3 +188,109 @@ def test_packed_collector_runs_with_its_nonce_in_a_real_shell(tmp_path: Path) ->
     result = GpuAuditSections().process(done.stdout.splitlines())
     assert result["complete"] is True
     assert "meta" in result["sections"] and "GPUAUDIT_TIMEOUT" not in done.stdout
+
+
+def _kernel_log_section(tmp_path: Path, dmesg_script: str, **env: str) -> dict[str, object]:
+    """The kernel_log section the real collector gives with ``dmesg_script`` as dmesg."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir(exist_ok=True)
+    dmesg = bin_dir / "dmesg"
+    dmesg.write_text("#!/bin/sh\n" + dmesg_script)
+    dmesg.chmod(0o755)
+    settings = "".join(
+        f"{name}={shlex.quote(value)}; export {name}; " for name, value in env.items()
+    )
+    result = subprocess.run(
+        [
+            "sh",
+            "-c",
+            f"PATH={shlex.quote(str(bin_dir))}:/usr/bin:/bin; {settings}"
+            f"{collector_script('klog02')}",
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    section: dict[str, object] = GpuAuditSections().process(result.stdout.splitlines())["sections"][
+        "kernel_log"
+    ]
+    return section
+
+
+# 1000 lines of 100 bytes each (99 characters and the newline), numbered from 0.
+HUNDRED_BYTE_LINES = (
+    "i=0; while [ $i -lt 1000 ]; do\n"
+    '  printf "[ %4d.000000] NVRM: Xid (PCI:0000:3b:00): 13, %052d\\n" $i 0; i=$((i+1)); done\n'
+)
+
+
+@pytest.mark.parametrize("value", ["10k", "-5", "abc", "0", "1e3", " 50"])
+def test_kernel_log_line_bound_that_is_no_number_keeps_the_default(
+    tmp_path: Path, value: str
+) -> None:
+    section = _kernel_log_section(
+        tmp_path,
+        'echo "[    0.000000] Linux version 5.15.0"\n'
+        'echo "[   12.000000] NVRM: Xid (PCI:0000:3b:00): 79, GPU has fallen off the bus."\n',
+        GPUAUDIT_KERNEL_LOG_LINES=value,
+    )
+    assert section["rc"] == 0
+    assert "Xid (PCI:0000:3b:00): 79" in str(section["stdout"])
+    stderr = str(section["stderr"])
+    assert f"GPUAUDIT_KERNEL_LOG_LINES='{value}' is not a number of lines" in stderr
+    assert "lines=1 max=5000" in stderr
+
+
+def test_kernel_log_line_bound_that_is_a_number_is_kept(tmp_path: Path) -> None:
+    section = _kernel_log_section(tmp_path, HUNDRED_BYTE_LINES, GPUAUDIT_KERNEL_LOG_LINES="10")
+    lines = str(section["stdout"]).splitlines()
+    assert len(lines) == 10 and lines[0].startswith("[  990.000000]")
+    assert "lines=1000 max=10" in str(section["stderr"])
+    assert "is not a number of lines" not in str(section["stderr"])
+
+
+@pytest.mark.parametrize(
+    ("max_bytes", "kept"),
+    [
+        pytest.param(50000, 500, id="cut-on-a-line-boundary"),
+        pytest.param(50050, 500, id="cut-inside-a-line"),
+        pytest.param(49999, 499, id="cut-one-byte-into-a-line"),
+    ],
+)
+def test_kernel_log_byte_bound_drops_only_a_partial_first_line(
+    tmp_path: Path, max_bytes: int, kept: int
+) -> None:
+    section = _kernel_log_section(
+        tmp_path, HUNDRED_BYTE_LINES, GPUAUDIT_SECTION_BYTES=str(max_bytes)
+    )
+    lines = str(section["stdout"]).splitlines()
+    assert len(lines) == kept
+    assert all(len(line) == 99 and line.startswith("[ ") for line in lines)  # whole lines only
+    assert lines[-1].startswith("[  999.000000]")  # the newest line is kept
+    assert section["truncated"] is True
+    assert f"max_bytes={max_bytes}" in str(section["stderr"])
+
+
+def test_kernel_log_whose_ring_buffer_wrapped_is_marked_incomplete(tmp_path: Path) -> None:
+    """dmesg no longer starts at boot (an XID storm filled the ring buffer): the earliest
+    lines are gone, and the section says so."""
+    section = _kernel_log_section(
+        tmp_path,
+        'echo "[86400.123456] NVRM: Xid (PCI:0000:3b:00): 13, Graphics Exception"\n'
+        'echo "[86401.000000] NVRM: Xid (PCI:0000:3b:00): 13, Graphics Exception"\n',
+    )
+    stderr = str(section["stderr"])
+    assert section["truncated"] is True
+    assert "ring_start=86400" in stderr
+    assert "the kernel ring buffer has wrapped" in stderr
+    assert len(str(section["stdout"]).splitlines()) == 2
+
+
+def test_kernel_log_that_starts_at_boot_is_whole(tmp_path: Path) -> None:
+    section = _kernel_log_section(
+        tmp_path,
+        'echo "[    0.000000] Linux version 5.15.0-105-generic"\n'
+        'echo "[86400.123456] NVRM: Xid (PCI:0000:3b:00): 13, Graphics Exception"\n',
+    )
+    assert section["truncated"] is False
+    assert "ring_start" not in str(section["stderr"])

@@ -162,6 +162,14 @@ def test_the_configmap_holds_the_collect_script_output() -> None:
         (KubernetesJobOptions(collector_env=(("GPUAUDIT_ROOT", "/x"),)), "not GPUAUDIT_ROOT"),
         (KubernetesJobOptions(collector_env=(("LD_PRELOAD", "/x.so"),)), "GPUAUDIT_* names"),
         (KubernetesJobOptions(collector_env=(("GPUAUDIT_TIMEOUT", "1\n2"),)), "control"),
+        (
+            KubernetesJobOptions(collector_env=(("GPUAUDIT_KERNEL_LOG_LINES", "10k"),)),
+            "GPUAUDIT_KERNEL_LOG_LINES='10k': a plain number of at least 1",
+        ),
+        (
+            KubernetesJobOptions(collector_env=(("GPUAUDIT_SECTION_BYTES", "4M"),)),
+            "GPUAUDIT_SECTION_BYTES='4M': a plain number",
+        ),
     ],
 )
 def test_hostile_options_are_refused(options: KubernetesJobOptions, message: str) -> None:

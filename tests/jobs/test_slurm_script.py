@@ -167,6 +167,9 @@ def test_the_script_sets_the_bundle_dir_exactly_when_bash_runs_it(tmp_path: Path
         ("nodes", 0, "at least 1"),
         ("collector_timeout_s", -1, "negative"),
         ("collector_env", (("1BAD", "x"),), "not a valid name"),
+        ("collector_env", (("GPUAUDIT_KERNEL_LOG_LINES", "-5"),), "KERNEL_LOG_LINES='-5'"),
+        ("collector_env", (("GPUAUDIT_KERNEL_LOG_LINES", "0"),), "at least 1"),
+        ("collector_env", (("GPUAUDIT_OUTPUT_BYTES", "abc"),), "OUTPUT_BYTES='abc'"),
         ("extra_sbatch", ("--mem=1G\nrm -rf /",), "newline"),
     ],
 )

@@ -193,6 +193,29 @@ def test_dmesg_restricted_falls_back_to_journalctl(make_host: Callable[..., SimH
     assert "restricted kernel: NVRM: Xid (PCI:0000:90:00): 79," in section.stdout
 
 
+def test_wrapped_ring_buffer_marks_the_kernel_log_incomplete(
+    make_host: Callable[..., SimHost],
+) -> None:
+    """dmesg no longer starts at boot: the XIDs are still read, and their finding says that
+    older ones may be lost."""
+    from gpuaudit.assemble.build import build_snapshot
+    from gpuaudit.rules import evaluate
+    from gpuaudit.sim.profiles import get_profile
+
+    profile = get_profile("a100-hgx-05")
+    whole = build_snapshot("whole", collect(make_host("whole", profile)))
+    assert not whole.kernel_log_truncated
+    profile["faults"] = {"ring_wrapped": {}}
+    snap = build_snapshot("wrapped", collect(make_host("wrapped", profile)))
+    assert snap.kernel_log_truncated
+    assert 79 in {event.code for event in snap.xid_events}
+    findings = evaluate([snap])
+    # Incomplete evidence, not a collection problem: long-running healthy hosts wrap too.
+    assert not [f for f in findings if f.rule == "GA002"]
+    (xid79,) = [f for f in findings if f.rule == "GA301" and "79" in f.message]
+    assert "The kernel ring buffer had wrapped" in xid79.message
+
+
 def test_packages_section_lists_driver_packages(bundles: dict[str, Bundle], tmp_path: Path) -> None:
     # Unheld packages read "install ok installed"; held ones "hold ok installed" (dpkg's own
     # status words), which is what the collector's filter has to accept.

@@ -26,6 +26,30 @@ _NONCE_VARIABLE = "ga_nonce"
 _ASSIGNMENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*=[A-Za-z0-9]*")
 
 
+# The collector's settings that are plain numbers (collector.sh's ga_bytes: at most 12 digits),
+# with the least each may be. On the host a value that is no such number is replaced by the
+# default; where the controller is given one, it is refused (check_collector_setting).
+_NUMBER_SETTINGS = {
+    "GPUAUDIT_SECTION_BYTES": 0,
+    "GPUAUDIT_OUTPUT_BYTES": 0,
+    "GPUAUDIT_KERNEL_LOG_LINES": 1,
+}
+_PLAIN_NUMBER = re.compile(r"[0-9]{1,12}")
+
+
+def check_collector_setting(name: str, value: str) -> None:
+    """Raise ValueError, naming the setting, where ``value`` is not one the collector takes for
+    ``name`` (a byte count or the kernel log's line bound that is no plain number). Settings
+    the collector reads otherwise are not judged here."""
+    least = _NUMBER_SETTINGS.get(name)
+    if least is None:
+        return
+    if not _PLAIN_NUMBER.fullmatch(value) or int(value) < least:
+        raise ValueError(
+            f"collector setting {name}={value!r}: a plain number of at least {least} is needed"
+        )
+
+
 def new_nonce() -> str:
     return secrets.token_hex(8)
 

@@ -18,9 +18,13 @@ LANG=C; LC_ALL=C; export LANG LC_ALL
 N="${GPUAUDIT_NONCE:-@NONCE@}"
 R="${GPUAUDIT_ROOT:-}"
 T="${GPUAUDIT_TIMEOUT:-60}"
-KLOG_MAX="${GPUAUDIT_KERNEL_LOG_LINES:-5000}"
 # A byte count from the environment, or the default when it is not a plain number.
 ga_bytes() { case $1 in ''|*[!0-9]*|?????????????*) echo "$2" ;; *) echo "$1" ;; esac; }
+# GPUAUDIT_KERNEL_LOG_LINES: the newest kernel-log lines kept, a plain number of at least 1
+# (read as a byte count is). Any other value keeps the default, and the section says so: a
+# value tail -n refuses would otherwise lose the whole log, and every XID in it.
+KLOG_MAX=$(ga_bytes "${GPUAUDIT_KERNEL_LOG_LINES:-}" 5000)
+[ "$KLOG_MAX" -ge 1 ] || KLOG_MAX=5000
 GA_SECTION_MAX=$(ga_bytes "${GPUAUDIT_SECTION_BYTES:-}" @SECTION_BYTES@)
 GA_OUTPUT_LEFT=$(ga_bytes "${GPUAUDIT_OUTPUT_BYTES:-}" @OUTPUT_BYTES@)
 GA_FLOOR=@FLOOR_BYTES@
@@ -145,9 +149,12 @@ s_driver_proc() { ga_cat /proc/driver/nvidia/version; }
 # Only the lines that matter, and only the newest KLOG_MAX of them; say when it was cut.
 # A NUL byte (a damaged log record) would make grep take the whole log for binary data and
 # print none of its lines: NULs are removed first, and counted (a copy goes through fd 3).
-# cut: a single runaway line must not defeat the bound either.
+# cut: a single runaway line must not defeat the bound either. The log's first line is kept
+# aside (kfirst): it tells whether the log still reaches back to boot.
 ga_klog_filter() {
   { tee /dev/fd/3 | tr -d '\000' \
+      | { IFS= read -r ga_l; printf '%s\n' "$ga_l" | cut -c1-256 >"$GA_TMP/kfirst"
+          printf '%s\n' "$ga_l"; cat; } \
       | { grep -E 'NVRM|Xid|SXid|fallen off the bus|nvidia-peermem|amdgpu.*(error|fault|reset)'
           echo $? >"$GA_TMP/kgrep"; } \
       | cut -c1-2048 >"$GA_TMP/klog"; } 3>&1 \
@@ -171,15 +178,34 @@ s_kernel_log() {
     return "${g:-2}"
   fi
   n=$(wc -l <"$GA_TMP/klog" | tr -d ' ')
+  if [ "$KLOG_MAX" != "${GPUAUDIT_KERNEL_LOG_LINES:-$KLOG_MAX}" ]; then
+    echo "GPUAUDIT_KERNEL_LOG_LINES='$GPUAUDIT_KERNEL_LOG_LINES' is not a number of lines: the newest $KLOG_MAX are kept" >&2
+  fi
   stats="source=$src lines=$n max=$KLOG_MAX"
   k=$(tr -d ' ' <"$GA_TMP/knul")
   [ "${k:-0}" != 0 ] && stats="$stats nul=$k"
+  # A ring buffer that has wrapped (a storm of messages filled it, or dmesg -C cleared it) no
+  # longer starts with the boot's first line, stamped [    0.000000]: its oldest lines, often
+  # the XID that began a storm, are gone. The log is then marked incomplete (ring_start=, the
+  # seconds after boot of its oldest line). dmesg stays the source: journalctl -k -b may hold
+  # the lost lines, but journald can lag behind the kernel or keep the journal only in memory,
+  # and the newest lines matter most; the two logs' lines in one section would count every
+  # XID twice. journalctl's own lines carry no seconds after boot: its log is not judged.
+  if [ "$src" = dmesg ]; then
+    s=$(sed -n 's/^\[ *\([0-9]\{1,10\}\)\.[0-9]*\].*/\1/p' "$GA_TMP/kfirst")
+    if [ -n "$s" ] && [ "$s" -gt 60 ]; then
+      stats="$stats ring_start=$s"
+      echo "the kernel ring buffer has wrapped: its oldest line is from ${s}s after boot, the lines before it are lost (journalctl -k -b may still hold them)" >&2
+    fi
+  fi
   tail -n "$KLOG_MAX" "$GA_TMP/klog" >"$GA_TMP/ktail"
   b=$(wc -c <"$GA_TMP/ktail" | tr -d ' ')
   lim=$(ga_allowed)
   if [ "$b" -gt "$lim" ]; then
-    # Long lines, or little of the output's bound left: the newest whole lines that fit.
-    tail -c "$lim" "$GA_TMP/ktail" | tail -n +2
+    # Long lines, or little of the output's bound left: the newest whole lines that fit. One
+    # byte more is read than fits, and its first line dropped: a partial line where the cut
+    # falls inside one, only the newline before the kept bytes where it falls between two.
+    tail -c "$((lim + 1))" "$GA_TMP/ktail" | tail -n +2
     stats="$stats bytes=$b max_bytes=$lim"
   else
     cat "$GA_TMP/ktail"

@@ -34,7 +34,7 @@ from typing import Any
 
 import yaml
 
-from gpuaudit.collect import collector_script
+from gpuaudit.collect import check_collector_setting, collector_script
 
 DEFAULT_IMAGE = "docker.io/library/busybox:1.36.1"
 NAME_PREFIX = "gpuaudit-collect-"
@@ -189,6 +189,10 @@ def check_options(options: KubernetesJobOptions) -> None:
             )
         if any(ord(ch) < 32 for ch in value):
             raise ManifestOptionError(f"collector setting {name}: control characters in value")
+        try:
+            check_collector_setting(name, value)
+        except ValueError as error:
+            raise ManifestOptionError(str(error)) from None
 
 
 def _dns_label(what: str, value: str, limit: int) -> None:

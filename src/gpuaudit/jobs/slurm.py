@@ -33,7 +33,7 @@ import re
 import shlex
 from dataclasses import dataclass, field
 
-from gpuaudit.collect import collector_script
+from gpuaudit.collect import check_collector_setting, collector_script
 from gpuaudit.offline import FAILED_SUFFIX
 
 # The job's work directory in the bundle directory: hidden, so never read as a bundle.
@@ -101,6 +101,7 @@ class SlurmJobOptions:
                 raise ValueError(f"environment variable name {key!r} is not a valid name")
             if "\0" in value:
                 raise ValueError(f"environment variable {key} may not hold a NUL")
+            check_collector_setting(key, value)
         for line in self.extra_sbatch:
             if "\n" in line or "\r" in line or "\0" in line:
                 raise ValueError("an extra #SBATCH line may not hold a newline or a NUL")

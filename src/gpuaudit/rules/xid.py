@@ -8,6 +8,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from gpuaudit.model.snapshot import HostSnapshot, XidEvent
+from gpuaudit.parsers.bundle import KLOG_RING_START
 from gpuaudit.rules import refs
 from gpuaudit.rules.audit import KERNEL_LOG
 from gpuaudit.rules.base import Evidence, Finding, Owner, Rule, RuleContext, Severity, rule
@@ -82,7 +83,7 @@ def xid_errors(rule: Rule, snap: HostSnapshot, ctx: RuleContext) -> Iterable[Fin
     codes_at: dict[Where, set[int]] = {}
     for where, code in groups:
         codes_at.setdefault(where, set()).add(code)
-    truncated = snap.kernel_log_truncated
+    truncated = _truncation_note(snap)
 
     for (where, code), events in groups.items():
         entry = lookup(code)
@@ -104,7 +105,7 @@ def xid_errors(rule: Rule, snap: HostSnapshot, ctx: RuleContext) -> Iterable[Fin
         if readings:
             parts.append("Other readings differ: " + "; ".join(readings) + ".")
         if truncated:
-            parts.append("The kernel log was cut to its newest lines: counts are lower bounds.")
+            parts.append(truncated)
         likelihood, impact = ACTION_SCORE[verdict.action]
         yield rule.finding(
             snap,
@@ -117,6 +118,19 @@ def xid_errors(rule: Rule, snap: HostSnapshot, ctx: RuleContext) -> Iterable[Fin
             impact=impact,
             owner=Owner.ML_ENGINEERING if verdict.action is XidAction.RESTART_APP else None,
         )
+
+
+def _truncation_note(snap: HostSnapshot) -> str:
+    """What a kernel log cut short means for the counts ("" where it is whole)."""
+    if not snap.kernel_log_truncated:
+        return ""
+    section = snap.sections.get("kernel_log")
+    if section is not None and KLOG_RING_START.search(section.stderr):
+        return (
+            "The kernel ring buffer had wrapped: its oldest lines, often the XID that began a "
+            "storm, are lost (journalctl -k -b may still hold them); counts are lower bounds."
+        )
+    return "The kernel log was cut to its newest lines: counts are lower bounds."
 
 
 @rule(

@@ -40,7 +40,11 @@ _PROCESS_NAME = re.compile(rb"name=[^,]*")
 
 
 def dmesg_chunks(state: State) -> Iterator[bytes]:
-    """The bytes ``dmesg`` prints for the host, in chunks."""
+    """The bytes ``dmesg`` prints for the host, in chunks: the boot's first line, then the
+    host's kernel-log lines (without that first line where the ring buffer has wrapped)."""
+    if not has_fault(state, "ring_wrapped"):
+        release = state.get("kernel_release", "5.15.0-105-generic")
+        yield f"[    0.000000] Linux version {release} (buildd@lcy02-amd64-001)\n".encode()
     own = [line.encode("utf-8") for line in state.get("kernel_log", [])]
     if has_fault(state, "non_utf8"):
         # A process whose name is Latin-1 ("träin.py"): the kernel prints comm as raw bytes.

@@ -75,6 +75,8 @@ FAULTS: dict[str, str] = {
     "entities (billion laughs) and uses the largest in GPU 0's product name",
     "non_utf8": "bytes that are not UTF-8: a Latin-1 byte in one GPU's product name in "
     "nvidia-smi -q -x (param gpu, default 0) and in the process name of XID lines in dmesg",
+    "ring_wrapped": "the kernel ring buffer has wrapped: dmesg no longer prints the boot's "
+    "first line ([    0.000000] Linux version ...), only the host's kernel-log lines",
     "dmesg_restricted": "kernel.dmesg_restrict=1: dmesg is refused, journalctl -k still works",
     "nvidia_drm_loaded": "the nvidia_drm kernel module is loaded: it holds every GPU, so a GPU "
     'reset fails with "In use by another client" and an Ampere MIG mode change (which needs '
