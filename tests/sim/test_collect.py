@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import re
 import xml.etree.ElementTree as ET
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from simhelpers import collect
+from simhelpers import collect, run_on
 
 from gpuaudit.parsers.bundle import Bundle
 from gpuaudit.sim.host import SimHost, materialize
@@ -222,3 +223,29 @@ def test_packages_section_lists_driver_packages(bundles: dict[str, Bundle], tmp_
     assert "nvidia-driver-510\t510.47.03-0ubuntu1\tinstall ok installed" in (
         bundles["p100-01"].sections["packages"].stdout
     )
+
+
+def test_collector_without_its_comment_lines_collects_the_same(
+    make_host: Callable[..., SimHost],
+) -> None:
+    """The text sent to every host leaves the comment lines out; what it gathers is what the
+    commented script gathers, section by section (the time of the run aside)."""
+    from gpuaudit.collect import collector_script, without_comment_lines
+    from gpuaudit.parsers.bundle import parse_bundle_text
+    from gpuaudit.sim.profiles import get_profile
+
+    host = make_host("plain", get_profile("a100-hgx-05"))
+    commented = collector_script("t2sim")
+    sent = collector_script("t2sim", comments=False)
+    assert sent == without_comment_lines(commented)
+    assert len(sent) < 0.85 * len(commented)
+    assert "GA_NVML_PROBE_END" in sent and "#" in sent.split("GA_NVML_PROBE_END")[1]
+    bundles = [parse_bundle_text(run_on(host, "sh", "-c", t).stdout) for t in (commented, sent)]
+    # The time of the run aside: the meta section and nvidia-smi's <timestamp>.
+    first, second = (
+        {n: re.sub(r"<timestamp>.*</timestamp>", "", s.stdout) + s.stderr + str(s.rc)
+         for n, s in b.sections.items() if n != "meta"}
+        for b in bundles
+    )  # fmt: skip
+    assert first == second
+    assert "NVRM: Xid" in first["kernel_log"] and "<nvidia_smi_log>" in first["nvidia_smi_xml"]

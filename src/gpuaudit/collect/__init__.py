@@ -59,13 +59,18 @@ def nvml_probe_source() -> str:
     return files("gpuaudit.collect").joinpath("nvml_probe.py").read_text(encoding="utf-8")
 
 
-def collector_script(nonce: str | None = None, limits: OutputLimits = DEFAULT_LIMITS) -> str:
+def collector_script(
+    nonce: str | None = None, limits: OutputLimits = DEFAULT_LIMITS, *, comments: bool = True
+) -> str:
     """The collector script text. With no nonce the script makes its own when it runs
     (``gpuaudit collect-script`` for hosts audited offline). ``limits`` are the bounds on what
-    the host sends (the environment of the host's shell can lower or raise them)."""
+    the host sends (the environment of the host's shell can lower or raise them). Without
+    ``comments`` its comment lines are left out (:func:`without_comment_lines`): the text the
+    audit sends to every host, where nobody reads them."""
+    text = _collector_text(limits, comments)
     if nonce is None:
-        return _collector_text(limits).replace("@NONCE@", "$(date +%s)x$$")
-    return _collector_text(limits).replace("@NONCE@", _checked_nonce(nonce))
+        return text.replace("@NONCE@", "$(date +%s)x$$")
+    return text.replace("@NONCE@", _checked_nonce(nonce))
 
 
 def _checked_nonce(nonce: str) -> str:
@@ -75,12 +80,42 @@ def _checked_nonce(nonce: str) -> str:
 
 
 @functools.cache
-def _collector_text(limits: OutputLimits) -> str:
+def _collector_text(limits: OutputLimits, comments: bool = True) -> str:
     text = files("gpuaudit.collect").joinpath("collector.sh").read_text(encoding="utf-8")
     text = text.replace("@SECTION_BYTES@", str(int(limits.section_bytes)), 1)
     text = text.replace("@OUTPUT_BYTES@", str(int(limits.output_bytes)), 1)
     text = text.replace("@FLOOR_BYTES@", str(int(limits.floor_bytes)), 1)
-    return text.replace(_PROBE_PLACEHOLDER, _probe_for_heredoc(), 1)
+    text = text.replace(_PROBE_PLACEHOLDER, _probe_for_heredoc(), 1)
+    return text if comments else without_comment_lines(text)
+
+
+# A here-document's start: `<<WORD`, `<<'WORD'`, `<<"WORD"` or `<<-WORD`; its body ends at a
+# line that is WORD alone (after tabs, for `<<-`).
+_HEREDOC = re.compile(r"<<(-?)\s*(['\"]?)([A-Za-z_][A-Za-z0-9_]*)\2")
+
+
+def without_comment_lines(script: str) -> str:
+    """``script`` (POSIX sh) without the lines that are only a comment: a fifth of the
+    collector's text, which every host is sent. A here-document's lines are kept whatever they
+    hold (the NVML probe is Python, and a here-document is data); so is every other line,
+    a comment after a command included. The collector holds no quoted text that spans lines
+    with a line starting ``#`` in it (tests/facts/test_facts.py runs both texts)."""
+    kept: list[str] = []
+    ending: tuple[str, bool] | None = None
+    for line in script.splitlines(keepends=True):
+        if ending is not None:
+            kept.append(line)
+            word, tabs = ending
+            if (line.rstrip("\n").lstrip("\t") if tabs else line.rstrip("\n")) == word:
+                ending = None
+            continue
+        if line.lstrip().startswith("#"):
+            continue
+        heredoc = _HEREDOC.search(line)
+        if heredoc:
+            ending = (heredoc.group(3), heredoc.group(1) == "-")
+        kept.append(line)
+    return "".join(kept)
 
 
 def _probe_for_heredoc() -> str:
@@ -92,8 +127,8 @@ def _probe_for_heredoc() -> str:
 
 def packed_command(script: str, settings: str = "") -> str:
     """``script`` as one shell command for a host across a network: the script travels
-    gzipped, in base64 (the collector is some 36 KiB of text, sent to every host: packed, a
-    third of that), and what it prints comes back in one piece.
+    gzipped, in base64 (the collector is some 31 KiB of text without its comment lines, sent to
+    every host: packed, under half of that), and what it prints comes back in one piece.
 
     ``settings``: shell assignments (``NAME=value`` lines, letters and digits only) run in front
     of the script, outside the packed text, so that one packed text serves every host whatever
@@ -130,7 +165,7 @@ def packed_collector(nonce: str, settings: str = "", limits: OutputLimits = DEFA
     """:func:`collector_script` for ``nonce`` as a :func:`packed_command` (``settings``: its
     ``NAME=value`` lines). The nonce is an assignment in front of the packed text, which names
     it by a variable: that text is the same for every host of a run."""
-    text = _collector_text(limits).replace("@NONCE@", f"${{{_NONCE_VARIABLE}}}")
+    text = _collector_text(limits, comments=False).replace("@NONCE@", f"${{{_NONCE_VARIABLE}}}")
     return packed_command(text, f"{settings}{_NONCE_VARIABLE}={_checked_nonce(nonce)}\n")
 
 

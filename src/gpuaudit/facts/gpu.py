@@ -68,7 +68,7 @@ class GpuAuditSections(FactBase[dict[str, Any]]):
                 settings += f"GPUAUDIT_DCGM_DIAG_TIMEOUT={int(dcgm_diag_timeout)}\n"
         if packed:
             return packed_collector(nonce, settings)
-        return settings + collector_script(nonce)
+        return settings + collector_script(nonce, comments=False)
 
     def process(self, output: list[str]) -> dict[str, Any]:
         bundle = parse_bundle(output)

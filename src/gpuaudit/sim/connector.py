@@ -278,7 +278,7 @@ def _is_collector(command: StringCommand | str) -> bool:
     text = command.get_raw_value() if isinstance(command, StringCommand) else str(command)
     text = _COLLECTOR_TIMEOUT.sub("", text, count=1)
     match = _COLLECTOR_NONCE.search(text)
-    return match is not None and text == collector_script(match.group(1))
+    return match is not None and text == collector_script(match.group(1), comments=False)
 
 
 def _refusal(message: str) -> CommandOutput:
