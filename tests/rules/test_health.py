@@ -1,7 +1,15 @@
 from __future__ import annotations
 
+from pathlib import Path
+
+import pytest
+
 from gpuaudit.model.snapshot import EccCounts, RemappedRows, RetiredPages, Section
-from gpuaudit.rules.base import Severity
+from gpuaudit.parsers.nvidia_text import parse_nvidia_smi_text
+from gpuaudit.parsers.nvidia_xml import parse_nvidia_smi_xml
+from gpuaudit.parsers.query_csv import parse_query_gpu_csv
+from gpuaudit.rules import assess
+from gpuaudit.rules.base import Outcome, Severity
 
 XML = """<?xml version="1.0" ?>
 <nvidia_smi_log>
@@ -110,3 +118,58 @@ def test_healthy_gpus_are_silent(make_host, findings):
     snap = make_host()
     for code in ("GA303", "GA304", "GA305", "GA306", "GA307", "GA320"):
         assert findings(code, snap) == [], code
+
+
+# --- row remapping on MIG-enabled GPUs (real captures) ----------------------------------------
+
+FIXTURES = Path(__file__).parents[1] / "fixtures"
+MIG_CAPTURES = [
+    (parse_nvidia_smi_xml, "nvidia-smi-xml/telegraf-a100-sxm4-80gb-mig-enabled-driver535.xml"),
+    (parse_nvidia_smi_text, "nvidia-smi-q/utk-h100-mig-driver590-load.nvidia-smi-q.txt"),
+    (parse_nvidia_smi_text, "nvidia-smi-q/utk-h200-mig-driver590-idle.nvidia-smi-q.txt"),
+    (parse_query_gpu_csv, "query-csv/utk-h100-mig-driver590-load-query-gpu-all-fields.csv"),
+    (parse_query_gpu_csv, "query-csv/utk-h200-mig-driver590-idle-query-gpu-all-fields.csv"),
+]
+
+
+@pytest.mark.parametrize(("parse", "capture"), MIG_CAPTURES)
+def test_row_remapping_is_not_judged_where_mig_mode_hides_it(make_host, parse, capture):
+    # nvidia-smi prints N/A for the remapped rows of a GPU in MIG mode: a remap pending or
+    # failed there is unknown, not absent.
+    gpus = parse((FIXTURES / capture).read_text()).gpus
+    assert [g.mig_mode_current for g in gpus] == ["Enabled"]
+    outcomes = {o.rule: o for o in assess([make_host(gpus=gpus)]).outcomes}
+    for code in ("GA304", "GA305", "GA306"):
+        outcome = outcomes[code]
+        assert outcome.outcome is Outcome.NOT_EVALUATED, code
+        ((gpu, judged, reason),) = [(g.gpu, g.outcome, g.reason) for g in outcome.gpus]
+        assert (gpu, judged) == (0, Outcome.NOT_EVALUATED), code
+        assert "MIG mode" in reason and "N/A" in reason, code
+
+
+@pytest.mark.parametrize(
+    ("parse", "capture"),
+    [
+        (parse_nvidia_smi_text, "nvidia-smi-q/utk-h100-80gb-hbm3-driver590.nvidia-smi-q.txt"),
+        (parse_nvidia_smi_text, "nvidia-smi-q/utk-h200-driver590-idle.nvidia-smi-q.txt"),
+        # A GPU that does not remap rows at all (Turing): N/A there is no gap.
+        (parse_nvidia_smi_xml, "nvidia-smi-xml/telegraf-2x-rtx2070-driver590-v13.xml"),
+    ],
+)
+def test_row_remapping_is_judged_with_mig_mode_off(make_host, parse, capture):
+    gpus = parse((FIXTURES / capture).read_text()).gpus
+    outcomes = {o.rule: o for o in assess([make_host(gpus=gpus)]).outcomes}
+    for code in ("GA304", "GA305", "GA306"):
+        assert outcomes[code].outcome is Outcome.PASS, code
+
+
+def test_sram_uncorrectable_count_is_not_counted_twice(make_host, findings):
+    # The real ECC block: 1 SRAM uncorrectable error since the driver loaded, 5 in the GPU's
+    # lifetime (which includes that one).
+    capture = (
+        "nvidia-smi-q/mleng-ecc-sram-uncorrectable-volatile1-aggregate5.nvidia-smi-q-excerpt.txt"
+    )
+    (gpu,) = parse_nvidia_smi_text((FIXTURES / capture).read_text()).gpus
+    (f,) = findings("GA303", make_host(gpus=[gpu]))
+    assert f.evidence.actual == {"volatile": 1, "aggregate": 5, "sram": 5}
+    assert "Some are in SRAM" in f.message

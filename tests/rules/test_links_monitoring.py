@@ -1,10 +1,13 @@
 from __future__ import annotations
 
+from pathlib import Path
+
 from gpuaudit.model.snapshot import Package, Section, Service
 from gpuaudit.parsers.nvlink import merge_nvlink, parse_nvlink
 from gpuaudit.rules.base import Severity
 
 H100 = "NVIDIA H100 80GB HBM3"
+NVLINK = Path(__file__).parents[1] / "fixtures" / "nvlink"
 PERSIST = Service("nvidia-persistenced", "active", "enabled")
 
 # --- GA403 monitoring agent -------------------------------------------------------------------
@@ -128,3 +131,21 @@ def test_nvlink_rules_silent_when_not_collected_or_healthy(make_host, make_gpu, 
     snap = nvlink_host(make_host, make_gpu, status=healthy, errors=ERRORS.replace("150", "0"))
     assert findings("GA510", snap) == []
     assert findings("GA511", snap, policy={"nvlink_error_limits": {"recovery_errors": 5}}) == []
+
+
+def test_nvlink_entries_are_matched_to_gpus_by_uuid(make_host, make_gpu, findings):
+    # Derived from the real 3x RTX A6000 listing, GPU 0's block left out, as nvidia-smi leaves
+    # out a GPU that fell off the bus: the GPU list numbers the two that answer 0 and 1, the
+    # listing keeps calling them GPU 1 and GPU 2.
+    text = (NVLINK / "siboehm-3x-rtx-a6000-nvlink-s-gpu2-all-inactive.txt").read_text()
+    status = text[text.index("GPU 1:") :]
+    listed = parse_nvlink(status)
+    assert [entry.gpu for entry in listed] == [1, 2]
+    gpus = [make_gpu(i, name="NVIDIA RTX A6000", uuid=entry.uuid) for i, entry in enumerate(listed)]
+    snap = make_host(
+        gpus=gpus, nvlink=listed, sections={"nvlink_status": Section(rc=0, stdout=status)}
+    )
+    (f,) = findings("GA510", snap, policy={"nvlink_expected": True})
+    assert f.gpu == 1 and f.gpu_name == "NVIDIA RTX A6000"
+    assert gpus[1].pci_bus_id in f.message and "nvidia-smi nvlink GPU 2" in f.message
+    assert f.evidence.excerpt.splitlines()[0].startswith("GPU 2: NVIDIA RTX A6000 (UUID: GPU-02c05")

@@ -7,7 +7,17 @@ from collections.abc import Iterable
 from gpuaudit.model.snapshot import Gpu, HostSnapshot
 from gpuaudit.rules import refs
 from gpuaudit.rules.audit import GPU_LIST
-from gpuaudit.rules.base import Evidence, Finding, Owner, Rule, RuleContext, Severity, rule
+from gpuaudit.rules.base import (
+    CheckResult,
+    Evidence,
+    Finding,
+    NotEvaluated,
+    Owner,
+    Rule,
+    RuleContext,
+    Severity,
+    rule,
+)
 from gpuaudit.rules.evidence import gpu_label, gpu_xml_excerpt
 
 _MEMORY_REFS = (refs.MEMORY_ERRORS, refs.DCGM_HEALTH)
@@ -53,7 +63,9 @@ def uncorrectable_ecc(rule: Rule, snap: HostSnapshot, ctx: RuleContext) -> Itera
         aggregate = gpu.ecc_aggregate.uncorrected or 0
         if volatile <= 0 and aggregate <= 0:
             continue
-        sram = (gpu.ecc_volatile.sram_uncorrected or 0) + (gpu.ecc_aggregate.sram_uncorrected or 0)
+        # The lifetime count includes the errors since the driver loaded: the larger of the two
+        # (the aggregate lags on some drivers), not their sum.
+        sram = max(gpu.ecc_volatile.sram_uncorrected or 0, gpu.ecc_aggregate.sram_uncorrected or 0)
         when = (
             f"{volatile} since the driver loaded ({aggregate} lifetime)"
             if volatile > 0
@@ -95,17 +107,20 @@ def uncorrectable_ecc(rule: Rule, snap: HostSnapshot, ctx: RuleContext) -> Itera
     ),
     references=_REMAP_REFS,
 )
-def remap_pending(rule: Rule, snap: HostSnapshot, ctx: RuleContext) -> Iterable[Finding]:
+def remap_pending(rule: Rule, snap: HostSnapshot, ctx: RuleContext) -> Iterable[CheckResult]:
     """A row remap waits for a GPU reset (Ampere and later).
 
-    Checks: ``remapped_rows.pending`` (nvidia-smi ``remapping_pending = Yes``).
+    Checks: ``remapped_rows.pending`` (nvidia-smi ``remapping_pending = Yes``). Not evaluated
+    on a GPU in MIG mode whose remapped rows read N/A, as nvidia-smi prints them there.
     Why: the failing memory row stays in use until the GPU is reset; Azure and Meta gcm fail a
     GPU in this state.
     Evidence: the pending flag and the raw ``<remapped_rows>`` block.
     Remediation: drain and reset the GPU (or reboot).
     """
     for gpu in snap.gpus:
-        if gpu.remapped_rows.pending:
+        if (hidden := _hidden_by_mig(gpu, gpu.remapped_rows.pending)) is not None:
+            yield hidden
+        elif gpu.remapped_rows.pending:
             yield rule.finding(
                 snap,
                 f"{gpu_label(gpu)} has a row remap pending: it takes effect only after a reset.",
@@ -130,18 +145,20 @@ def remap_pending(rule: Rule, snap: HostSnapshot, ctx: RuleContext) -> Iterable[
     ),
     references=_REMAP_REFS,
 )
-def remap_failure(rule: Rule, snap: HostSnapshot, ctx: RuleContext) -> Iterable[Finding]:
+def remap_failure(rule: Rule, snap: HostSnapshot, ctx: RuleContext) -> Iterable[CheckResult]:
     """Row remapping failed (NVIDIA's RMA condition).
 
     Checks: ``remapped_rows.failure``. NVIDIA sets it for an uncorrectable remap on a bank that
     already has 8, an uncorrectable error on an already remapped row, or 512 uncorrectable
-    remaps in total.
+    remaps in total. Not evaluated on a GPU in MIG mode whose remapped rows read N/A.
     Why: the GPU cannot retire more bad memory; DCGM fails it and NVIDIA's answer is an RMA.
     Evidence: the failure flag and the raw ``<remapped_rows>`` block.
     Remediation: remove the GPU from service and RMA it.
     """
     for gpu in snap.gpus:
-        if gpu.remapped_rows.failure:
+        if (hidden := _hidden_by_mig(gpu, gpu.remapped_rows.failure)) is not None:
+            yield hidden
+        elif gpu.remapped_rows.failure:
             count = gpu.remapped_rows.uncorrectable
             yield rule.finding(
                 snap,
@@ -165,11 +182,12 @@ def remap_failure(rule: Rule, snap: HostSnapshot, ctx: RuleContext) -> Iterable[
     remediation="Take the GPU out of service, run field diagnostics and open an RMA.",
     references=(*_REMAP_REFS, refs.GUIDE_MEMORY_THRESHOLDS, refs.DCGM_LIMITS),
 )
-def remap_limit(rule: Rule, snap: HostSnapshot, ctx: RuleContext) -> Iterable[Finding]:
+def remap_limit(rule: Rule, snap: HostSnapshot, ctx: RuleContext) -> Iterable[CheckResult]:
     """Uncorrectable row remaps reached the limit (default 512).
 
     Checks: ``remapped_rows.uncorrectable`` ≥ policy ``remapped_rows_uncorrectable_limit``.
-    Silent when the failure flag is set: GA305 already reports the same RMA condition.
+    Silent when the failure flag is set: GA305 already reports the same RMA condition. Not
+    evaluated on a GPU in MIG mode whose remapped rows read N/A.
     Why: NVIDIA and DCGM treat 512 uncorrectable remaps as an RMA condition; Azure fails a GPU
     above it.
     Evidence: the count, the limit and the raw ``<remapped_rows>`` block.
@@ -178,13 +196,28 @@ def remap_limit(rule: Rule, snap: HostSnapshot, ctx: RuleContext) -> Iterable[Fi
     limit = int(ctx.settings_for(snap)["remapped_rows_uncorrectable_limit"])
     for gpu in snap.gpus:
         count = gpu.remapped_rows.uncorrectable
-        if count is not None and count >= limit and not gpu.remapped_rows.failure:
+        if (hidden := _hidden_by_mig(gpu, count)) is not None:
+            yield hidden
+        elif count is not None and count >= limit and not gpu.remapped_rows.failure:
             yield rule.finding(
                 snap,
                 f"{gpu_label(gpu)} has {count} uncorrectable row remaps (limit {limit}).",
                 _remap_evidence(snap, gpu, "uncorrectable", count, f"< {limit}"),
                 gpu=gpu.index,
             )
+
+
+def _hidden_by_mig(gpu: Gpu, reading: object) -> NotEvaluated | None:
+    """Why a row-remapping reading of ``gpu`` cannot be judged: nvidia-smi prints N/A for the
+    remapped rows of a GPU in MIG mode (A100, H100, H200 alike), which hides a pending or
+    failed remap rather than ruling it out. None where the reading is there or MIG is off."""
+    if reading is not None or (gpu.mig_mode_current or "").strip().lower() != "enabled":
+        return None
+    return NotEvaluated(
+        "its remapped rows read N/A while MIG mode is enabled; the kernel log's XID 63/64 "
+        "(GA301) or a reading with MIG mode off tells whether a remap is pending or failed",
+        gpu=gpu.index,
+    )
 
 
 def _remap_evidence(

@@ -10,10 +10,11 @@ import re
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from gpuaudit.model.snapshot import GpuNvLink, HostSnapshot
+from gpuaudit.model.snapshot import Gpu, GpuNvLink, HostSnapshot
 from gpuaudit.rules import refs
 from gpuaudit.rules.audit import NVLINK
 from gpuaudit.rules.base import Evidence, Finding, Owner, Rule, RuleContext, Severity, rule
+from gpuaudit.rules.evidence import gpu_label
 from gpuaudit.rules.services import is_sxm_board_gpu, nvswitch_reason
 
 _NVLINK_REFS = (
@@ -41,16 +42,29 @@ def _excerpt(snap: HostSnapshot, gpu: int, *sections: str) -> str:
     return "\n".join(lines[:24])
 
 
-def _label(snap: HostSnapshot, entry: GpuNvLink) -> str:
-    gpu = next((g for g in snap.gpus if g.index == entry.gpu), None)
-    return f"GPU {entry.gpu}" + (f" ({gpu.name})" if gpu and gpu.name else "")
+def _gpu_of(snap: HostSnapshot, entry: GpuNvLink) -> Gpu | None:
+    """The GPU of the snapshot an NVLink entry is about: the one with its UUID, else the one
+    with its number. The listing numbers GPUs as nvidia-smi does at that moment, which is not
+    the GPU list's index where a GPU is missing from the list (one fallen off the bus is left
+    out of the report and the GPUs after it move up)."""
+    if entry.uuid:
+        same = next((g for g in snap.gpus if g.uuid == entry.uuid), None)
+        if same is not None:
+            return same
+    return next((g for g in snap.gpus if g.index == entry.gpu), None)
 
 
-def _nvlink_expected(snap: HostSnapshot, entry: GpuNvLink, policy: Mapping[str, Any]) -> bool:
+def _label(gpu: Gpu | None, entry: GpuNvLink) -> str:
+    if gpu is None:
+        return f"GPU {entry.gpu}"
+    label = gpu_label(gpu)
+    return label if gpu.index == entry.gpu else f"{label} (nvidia-smi nvlink GPU {entry.gpu})"
+
+
+def _nvlink_expected(snap: HostSnapshot, gpu: Gpu | None, policy: Mapping[str, Any]) -> bool:
     declared = policy.get("nvlink_expected")
     if declared is not None:
         return bool(declared)
-    gpu = next((g for g in snap.gpus if g.index == entry.gpu), None)
     return nvswitch_reason(snap, policy) is not None or (
         gpu is not None and is_sxm_board_gpu(gpu, policy)
     )
@@ -92,10 +106,11 @@ def nvlink_inactive(rule: Rule, snap: HostSnapshot, ctx: RuleContext) -> Iterabl
     if policy.get("nvlink_expected") is False:
         return
     for entry in snap.nvlink:
+        gpu = _gpu_of(snap, entry)
         active = [link.link for link in entry.links if link.active]
         inactive = [link.link for link in entry.links if link.active is False]
         all_down = entry.all_inactive or (inactive and not active)
-        if all_down and not _nvlink_expected(snap, entry, policy):
+        if all_down and not _nvlink_expected(snap, gpu, policy):
             continue
         if not (all_down or inactive):
             continue
@@ -106,14 +121,14 @@ def nvlink_inactive(rule: Rule, snap: HostSnapshot, ctx: RuleContext) -> Iterabl
         )
         yield rule.finding(
             snap,
-            f"{_label(snap, entry)}: {what}.",
+            f"{_label(gpu, entry)}: {what}.",
             Evidence(
                 fact=f"nvlink[{entry.gpu}]",
                 actual={"active": len(active), "inactive": inactive or "all"},
                 expected="every link active",
                 excerpt=_excerpt(snap, entry.gpu, "nvlink_status"),
             ),
-            gpu=entry.gpu,
+            gpu=gpu.index if gpu is not None else entry.gpu,
         )
 
 
@@ -158,18 +173,19 @@ def nvlink_errors(rule: Rule, snap: HostSnapshot, ctx: RuleContext) -> Iterable[
                     over.setdefault(f"link {link.link}", {})[counter] = value
         if not over:
             continue
+        gpu = _gpu_of(snap, entry)
         listed = "; ".join(
             f"{where}: " + ", ".join(f"{k.replace('_', ' ')} {v:,}" for k, v in counts.items())
             for where, counts in over.items()
         )
         yield rule.finding(
             snap,
-            f"{_label(snap, entry)} NVLink errors since the driver loaded: {listed}.",
+            f"{_label(gpu, entry)} NVLink errors since the driver loaded: {listed}.",
             Evidence(
                 fact=f"nvlink[{entry.gpu}].links",
                 actual=over,
                 expected={k: f"< {v}" for k, v in limits.items()},
                 excerpt=_excerpt(snap, entry.gpu, "nvlink_errors"),
             ),
-            gpu=entry.gpu,
+            gpu=gpu.index if gpu is not None else entry.gpu,
         )
