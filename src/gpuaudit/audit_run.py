@@ -114,11 +114,12 @@ def _stop_on_signals() -> Iterator[None]:
 
 def _run_pyinfra(command: list[str], env: Mapping[str, str], timeout: float | None = None) -> int:
     """Run a pyinfra process in a session (so a process group) of its own, with no terminal
-    to prompt on; return its exit status. :class:`_Stopped` or a timeout stops its whole group
-    first: SIGTERM, then SIGKILL for whatever is left after a grace period."""
+    to prompt on; return its exit status (:func:`exit_status`). :class:`_Stopped` or a timeout
+    stops its whole group first: SIGTERM, then SIGKILL for whatever is left after a grace
+    period."""
     child = subprocess.Popen(command, env=env, stdin=subprocess.DEVNULL, start_new_session=True)
     try:
-        return child.wait(timeout)
+        return exit_status(child.wait(timeout))
     except (_Stopped, subprocess.TimeoutExpired):
         with suppress(ProcessLookupError):
             os.killpg(child.pid, signal.SIGTERM)
@@ -198,15 +199,24 @@ class AuditRun:
                 )
 
 
+def exit_status(returncode: int) -> int:
+    """A process's exit status as a shell reports it: 128 + the signal for one killed by a
+    signal (``Popen`` gives -SIGNAL), so that the worst of several statuses is the worst."""
+    return 128 - returncode if returncode < 0 else returncode
+
+
 def run_shards(commands: Sequence[tuple[list[str], Mapping[str, str]]]) -> int:
     """Run each (command, environment) at once, each pyinfra in a process group of its own;
-    return the worst exit status (0 when there is none). :class:`_Stopped` stops them all."""
-    children = [
-        subprocess.Popen(command, env=env, stdin=subprocess.DEVNULL, start_new_session=True)
-        for command, env in commands
-    ]
+    return the worst exit status (0 when there is none; a shard killed by a signal is 128 +
+    the signal). :class:`_Stopped` stops them all, also those started when it came while the
+    others were being started."""
+    children: list[subprocess.Popen[bytes]] = []
     try:
-        return max((child.wait() for child in children), default=0)
+        for command, env in commands:
+            children.append(
+                subprocess.Popen(command, env=env, stdin=subprocess.DEVNULL, start_new_session=True)
+            )
+        return max((exit_status(child.wait()) for child in children), default=0)
     except _Stopped:
         for child in children:
             with suppress(ProcessLookupError):

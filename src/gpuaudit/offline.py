@@ -47,9 +47,16 @@ _ISO_UTC = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ$")
 _REASON_CHARS = 1000
 
 
+def file_text(path: str | os.PathLike[str]) -> str:
+    """A file's name or path as text a report can hold: the bytes of a name that is not UTF-8
+    (which Python keeps as lone surrogates, and no UTF-8 file can hold) escaped as ``\\xNN``."""
+    return os.fspath(path).encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+
+
 def host_name_for(path: Path) -> str:
-    """The host a bundle (or failure marker) file stands for: its name without the suffix."""
-    name = path.name
+    """The host a bundle (or failure marker) file stands for: its name without the suffix
+    (:func:`file_text`: a name that is not UTF-8 with its bytes escaped)."""
+    name = file_text(path.name)
     for suffix in (*BUNDLE_SUFFIXES, FAILED_SUFFIX):
         if name.endswith(suffix) and len(name) > len(suffix):
             return name[: -len(suffix)]
@@ -64,7 +71,7 @@ def snapshot_from_bundle(
     try:
         raw, cut = read_start(path, INPUT_BYTES)
     except OSError as error:
-        return failed_snapshot(name, f"bundle {path} could not be read: {error}")
+        return failed_snapshot(name, f"bundle {file_text(path)} could not be read: {error}")
     bundle = parse_bundle_text(raw.decode("utf-8", "replace"))
     if cut:
         # A bundle larger than any collector writes: only its start is read, and it says so.
@@ -72,7 +79,9 @@ def snapshot_from_bundle(
         bundle = dataclasses.replace(bundle, problems=(*bundle.problems, note))
     if not bundle.sections:
         problem = "; ".join(bundle.problems) or "no sections"
-        return failed_snapshot(name, f"bundle {path.name} is not collector output: {problem}")
+        return failed_snapshot(
+            name, f"bundle {file_text(path.name)} is not collector output: {problem}"
+        )
     meta_section = bundle.sections.get("meta")
     collected = parse_meta(meta_section.stdout).get("date") if meta_section else None
     return build_snapshot(
@@ -90,10 +99,12 @@ def snapshot_from_marker(path: Path, *, host: str | None = None) -> HostSnapshot
     try:
         raw, cut = read_start(path, MARKER_BYTES)
     except OSError as error:
-        return failed_snapshot(name, f"failure marker {path.name} could not be read: {error}")
+        return failed_snapshot(
+            name, f"failure marker {file_text(path.name)} could not be read: {error}"
+        )
     text = raw.decode("utf-8", "replace")
     lines = [line.strip() for line in text.splitlines() if line.strip()]
-    reason = lines[0][:_REASON_CHARS] if lines else f"empty failure marker {path.name}"
+    reason = lines[0][:_REASON_CHARS] if lines else f"empty failure marker {file_text(path.name)}"
     return failed_snapshot(
         name,
         reason,
@@ -109,9 +120,13 @@ def snapshot_from_file(path: Path) -> HostSnapshot:
     try:
         mode = os.stat(path).st_mode
     except OSError as error:
-        return failed_snapshot(host_name_for(path), f"bundle {path} could not be read: {error}")
+        return failed_snapshot(
+            host_name_for(path), f"bundle {file_text(path)} could not be read: {error}"
+        )
     if not stat.S_ISREG(mode):
-        return failed_snapshot(host_name_for(path), f"bundle {path} is not a regular file")
+        return failed_snapshot(
+            host_name_for(path), f"bundle {file_text(path)} is not a regular file"
+        )
     if path.name.endswith(FAILED_SUFFIX):
         return snapshot_from_marker(path)
     return snapshot_from_bundle(path)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import gc
 import json
+import os
 import sys
 import tracemalloc
 import weakref
@@ -206,3 +207,31 @@ def test_bundles_are_read_one_at_a_time(tmp_path: Path, bundles: dict[str, str])
     # Holding all 24 costs at least 24 times what one holds: above the bound, so a run that
     # kept them all would fail the assertion above.
     assert count * _held(paths[0]) > 1.5 * bound
+
+
+def test_a_file_name_that_is_not_utf8_is_its_own_host(
+    tmp_path: Path, bundles: dict[str, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A node whose name is not UTF-8 (a file name of bytes, as a Latin-1 node leaves it) is a
+    host of its own, its name spelled with the bytes escaped, and the run is written whole; so
+    is a run from a directory so named, whose command line provenance.json keeps."""
+    folder = tmp_path / os.fsdecode(b"shared-\xe9")
+    folder.mkdir()
+    reports = tmp_path / "reports"
+    argv = ["report", "--bundle-dir", str(folder), "--reports-dir", str(reports)]
+    monkeypatch.setattr(sys, "argv", ["gpuaudit", *argv])
+    (folder / "gpu-a.bundle").write_text(bundles["t4-02"])
+    (folder / os.fsdecode(b"gpu-\xe9.bundle")).write_text(bundles["t4-02"])
+    (folder / os.fsdecode(b"gpu-\xe8.failed")).write_text(MARKER)
+    assert main(argv) == 0
+    [run] = reports.iterdir()
+    register = _register(reports, run.name)
+    statuses = {h["name"]: h["status"] for h in register["hosts"]}
+    assert statuses == {"gpu-a": "ok", "gpu-\\xe9": "ok", "gpu-\\xe8": "collection_failed"}
+    assert sorted(register["provenance"]["scope"]["bundles"]) == [
+        "gpu-\\xe8.failed",
+        "gpu-\\xe9.bundle",
+        "gpu-a.bundle",
+    ]
+    assert register["provenance"]["scope"]["bundle_dir"].endswith("shared-\\xe9")
+    assert "--bundle-dir" in register["provenance"]["command"]

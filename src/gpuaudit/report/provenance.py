@@ -265,7 +265,7 @@ def gather_provenance(
     scope: Scope | None, policy: object | None = None, *, argv: Sequence[str] | None = None
 ) -> Provenance:
     """Provenance of the running process (``argv`` defaults to sys.argv)."""
-    args = list(sys.argv if argv is None else argv)
+    args = [_file_text(arg) for arg in (sys.argv if argv is None else argv)]
     command = (_program(args[0]), *args[1:]) if args else ()
     return Provenance(
         scope=scope,
@@ -317,9 +317,18 @@ def inventory_id(inventory: str) -> str:
 def bundle_scope(
     paths: Iterable[str | os.PathLike[str]], directory: str | os.PathLike[str] | None = None
 ) -> Scope:
-    """The scope of a run built from bundle files (those of ``directory`` with --bundle-dir)."""
-    where = str(Path(directory).resolve()) if directory is not None else None
-    return Scope(source=BUNDLE, bundles=tuple(Path(p).name for p in paths), bundle_dir=where)
+    """The scope of a run built from bundle files (those of ``directory`` with --bundle-dir),
+    each name as text provenance.json can hold (a name that is not UTF-8 with its bytes
+    escaped, as the host it stands for is named)."""
+    where = _file_text(Path(directory).resolve()) if directory is not None else None
+    names = tuple(_file_text(Path(p).name) for p in paths)
+    return Scope(source=BUNDLE, bundles=names, bundle_dir=where)
+
+
+def _file_text(path: str | os.PathLike[str]) -> str:
+    # Bytes of a file name or command-line word that are not UTF-8 are lone surrogates in
+    # Python, which no UTF-8 file can hold: escaped (\xNN).
+    return os.fspath(path).encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
 
 
 # --- the run directory's copy --------------------------------------------------------------------
