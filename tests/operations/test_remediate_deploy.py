@@ -60,24 +60,22 @@ groups:
 """
 
 
-def test_policy_that_needs_no_host_monitoring_leaves_dcgm_alone(
-    monkeypatch: pytest.MonkeyPatch,
+@pytest.mark.parametrize(
+    ("step_name", "rule", "setting"),
+    [
+        # Sites whose DCGM runs as a Kubernetes DaemonSet say so in the policy, for a group:
+        # the deploy must not start a second host engine beside it.
+        ("Run the DCGM monitoring units", "GA403", "monitoring_required"),
+        ("Enable GPU persistence mode", "GA401", "persistence_mode_required"),
+    ],
+)
+def test_a_policy_group_that_needs_no_step_leaves_it_alone(
+    monkeypatch: pytest.MonkeyPatch, step_name: str, rule: str, setting: str
 ) -> None:
-    # Sites whose DCGM runs as a Kubernetes DaemonSet say so in the policy, for a group: the
-    # deploy must not start a second host engine beside it.
-    calls = run_deploy(monkeypatch, POLICY, groups=["k8s"])
-    step = calls["Run the DCGM monitoring units"]
+    step = run_deploy(monkeypatch, POLICY, groups=["k8s"])[step_name]
     assert step["operation"] == "plan.skipped"
-    assert step["rule"] == "GA403"
-    assert "monitoring_required" in step["reason"]
-
-
-def test_policy_that_needs_no_persistence_leaves_it_alone(monkeypatch: pytest.MonkeyPatch) -> None:
-    calls = run_deploy(monkeypatch, POLICY, groups=["k8s"])
-    step = calls["Enable GPU persistence mode"]
-    assert step["operation"] == "plan.skipped"
-    assert step["rule"] == "GA401"
-    assert "persistence_mode_required" in step["reason"]
+    assert step["rule"] == rule
+    assert setting in step["reason"]
 
 
 def test_host_data_still_turns_monitoring_off(monkeypatch: pytest.MonkeyPatch) -> None:
