@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import random
 import re
 from pathlib import Path
@@ -108,8 +109,18 @@ def test_raw_sections_are_kept_verbatim() -> None:
     assert snap.sections["nvidia_smi_xml"].stdout.startswith("<?xml")
 
 
+A100_UUID = "GPU-513536b6-7d19-9063-b049-1e69664bb298"  # the A100 XML's one GPU
+
+
+def nvml_probe(index: int) -> Section:
+    """The collector's NVML probe (gpuaudit's own JSON, collect/nvml_probe.py) on a host of
+    four GPUs, naming the A100 XML's GPU (bus 0000:01:00.0) as NVML index ``index``."""
+    gpu = {"index": index, "vendor": "nvidia", "pci_bus_id": "00000000:01:00.0", "uuid": A100_UUID}
+    return ok(json.dumps({"probe": 1, "library": "pynvml", "device_count": 4, "gpus": [gpu]}))
+
+
 def test_sections_feed_each_other() -> None:
-    snap = build_snapshot("gpu-a01", nvidia_bundle())
+    snap = build_snapshot("gpu-a01", nvidia_bundle(nvml=nvml_probe(0)))
     # XID events resolved to the GPU with the same bus id.
     assert [(e.kind, e.gpu_index) for e in snap.xid_events] == [("fallen_off_bus", 0)] * 2
     # MIG devices named after the GPU instance they sit in (the XML does not say).
@@ -117,6 +128,37 @@ def test_sections_feed_each_other() -> None:
     assert [i.instance_id for i in snap.mig_gpu_instances] == [3, 4, 5, 6]
     assert snap.mig_compute_instances == ()
     assert snap.topology is not None and snap.topology.cpu_affinity == {"GPU0": "0-19"}
+
+
+def test_a_report_without_every_attached_gpu_gives_no_index_to_match_mig_rows_by() -> None:
+    # The A100 XML lists one <gpu> of attached_gpus 4 (a one-GPU report, or three GPUs left
+    # out): its place in the report is not nvidia-smi's index, so -lgi's GPU 0 rows may be
+    # another GPU's.
+    snap = build_snapshot("gpu-a01", nvidia_bundle())
+    assert snap.unnumbered_gpus == (0,) and snap.nvidia_smi_index(snap.gpus[0]) is None
+    assert [d.profile for d in snap.gpus[0].mig_devices] == [None] * 4
+    assert any(w.source == "GPU numbering" for w in snap.parse_warnings)
+    # The rows are kept as listed all the same.
+    assert [i.instance_id for i in snap.mig_gpu_instances] == [3, 4, 5, 6]
+
+
+def test_the_nvml_probe_gives_the_index_and_mig_rows_follow_it() -> None:
+    snap = build_snapshot("gpu-a01", nvidia_bundle(nvml=nvml_probe(1)))
+    (gpu,) = snap.gpus
+    assert (gpu.index, snap.unnumbered_gpus, snap.nvidia_smi_index(gpu)) == (1, (), 1)
+    # -lgi lists GPU 0 only: not this GPU's instances.
+    assert [d.profile for d in gpu.mig_devices] == [None] * 4
+    assert [(e.kind, e.gpu_index) for e in snap.xid_events] == [("fallen_off_bus", 1)] * 2
+
+
+def test_the_nvlink_listing_gives_the_index_by_uuid() -> None:
+    # A real `nvidia-smi nvlink -s` (3x RTX A6000), its GPU 2 given the A100 XML's UUID: the
+    # one change to the capture, so that the listing names the report's GPU.
+    listing = fixture("nvlink/siboehm-3x-rtx-a6000-nvlink-s-gpu2-all-inactive.txt")
+    header = next(line for line in listing.splitlines() if line.startswith("GPU 2:"))
+    adapted = listing.replace(header, re.sub(r"GPU-[0-9a-f-]+", A100_UUID, header))
+    snap = build_snapshot("gpu-a01", nvidia_bundle(nvlink_status=ok(adapted)))
+    assert [g.index for g in snap.gpus] == [2] and snap.unnumbered_gpus == ()
 
 
 def test_driver_not_responding() -> None:

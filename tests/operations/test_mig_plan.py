@@ -388,3 +388,48 @@ def test_the_fact_script_runs_in_a_real_shell(tmp_path: Path) -> None:
     hung = read()
     assert hung["answered"] and hung["instances_known"] is False
     assert "nvidia-smi mig -lgi did not finish (exit 124): no output" in hung["problems"]
+
+
+# --- which GPU a command changes --------------------------------------------------------------
+
+
+def test_commands_name_each_gpu_by_the_bus_id_read_for_it() -> None:
+    # The A100 at 0F:00.0 is GPU 0 now (the one at 07:00.0 did not come up after a reboot): the
+    # plan made for it aims at 0F:00.0, so a GPU renumbered before the commands run is never
+    # given this layout, and a missing one makes nvidia-smi fail instead.
+    renumbered = gpu(0, bus_id="00000000:0F:00.0", persistence_mode="Enabled")
+    result = plan([renumbered], "all-3g", stop=True)
+    assert result.changes[0].target == "00000000:0F:00.0" and result.refusals == ()
+    commands = plan_commands(result)
+    text = "\n".join(commands)
+    for step in ("-pm 0", "-pm 1", "-mig 1", "-cgi 3g.40gb,3g.40gb -C", "--query-gpu"):
+        assert f"-i 00000000:0F:00.0 {step}" in text, step
+    assert "nvidia-smi -r -i 00000000:0F:00.0\n" in text
+    assert "ga_check 00000000:0F:00.0 Enabled '3g.40gb 3g.40gb' 0" in commands[-1]
+    assert " -i 0 " not in text and " -i 0\n" not in text
+    relayout = gpu(0, bus_id="00000000:0F:00.0", mode="Enabled",
+                   gpu_instances=((1, "7g.80gb"),), compute_instances=((1, 0),))  # fmt: skip
+    text = "\n".join(plan_commands(plan([relayout], "all-3g")))
+    assert "mig -dci -i 00000000:0F:00.0\n" in text and "mig -dgi -i 00000000:0F:00.0\n" in text
+
+
+@pytest.mark.parametrize("bus_id", ["[N/A]", "", "Unknown Error", "0; reboot", "00000000:0F:00"])
+def test_a_gpu_without_a_bus_id_of_its_own_is_refused_not_guessed(bus_id: str) -> None:
+    result = plan([gpu(0), gpu(1, bus_id=bus_id)], "all-3g")
+    (refusal,) = result.refusals
+    assert refusal.startswith(f"GPU 1 ({A100}): nvidia-smi gave no PCI bus id for it")
+    assert result.changes[1].target is None
+    with pytest.raises(ValueError, match="GPU 1: no PCI bus id"):
+        plan_commands(result)
+    # A GPU that is already as wanted needs no command: its bus id does not matter.
+    enabled = gpu(1, bus_id=bus_id, mode="Enabled",
+                  gpu_instances=((1, "3g.40gb"), (2, "3g.40gb")),
+                  compute_instances=((1, 0), (2, 0)))  # fmt: skip
+    assert plan([enabled], "all-3g").in_sync
+
+
+def test_two_gpus_listed_with_one_bus_id_are_refused() -> None:
+    twins = [gpu(0), gpu(1, bus_id="0000:00:00.0")]  # the same address, shorter spelling
+    refusals = plan(twins, "all-3g").refusals
+    assert [r.split(":", 1)[0] for r in refusals] == [f"GPU 0 ({A100})", f"GPU 1 ({A100})"]
+    assert all("is listed for more than one GPU" in r for r in refusals)

@@ -4,7 +4,8 @@ import pytest
 
 from gpuaudit.model.mig_spec import MigSpecError, read_mig_configs
 from gpuaudit.model.snapshot import MigDevice, MigInstance, PciDevice, Section
-from gpuaudit.rules.base import Severity
+from gpuaudit.rules import assess
+from gpuaudit.rules.base import Outcome, Severity
 
 A100 = "NVIDIA A100-SXM4-80GB"
 
@@ -175,3 +176,37 @@ def test_multi_tenant_host_without_mig(make_host, make_gpu, findings):
     assert "GPU 1 could run MIG but do not" in f.message
     assert "GPU 2 do not support MIG" in f.message
     assert findings("GA205", make_host(gpus=gpus)) == []  # not declared multi-tenant
+
+
+# --- a GPU whose nvidia-smi index is not known (HostSnapshot.unnumbered_gpus) -----------------
+
+
+def _gpu_outcomes(snap, code):
+    (outcome,) = [o for o in assess((snap,)).outcomes if o.rule == code]
+    return {g.gpu: (g.outcome, g.reason) for g in outcome.gpus}
+
+
+def test_mig_rows_are_not_matched_to_a_gpu_without_its_nvidia_smi_index(
+    make_host, make_gpu, findings
+):
+    # GPU 1 stands in for a GPU the report listed without saying which NVML index it has:
+    # -lgi's "GPU 1" rows may be another GPU's (one the XML left out), so they are not its.
+    gpus = [mig_gpu(make_gpu, 0), mig_gpu(make_gpu, 1)]
+    rows = [gi(g, "MIG 1g.10gb", 7 + n) for g in (0, 1) for n in range(7)]
+    snap = host(make_host, gpus, "all-1g.10gb", rows, unnumbered_gpus=(1,))
+    assert findings("GA203", snap) == [] and findings("GA202", snap) == []
+    # GPU 0 has MIG on where "half" wants it off; GPU 1 is not judged.
+    half_host = host(make_host, gpus, "half", rows, unnumbered_gpus=(1,))
+    assert [f.gpu for f in findings("GA203", half_host)] == [0]
+    by_gpu = _gpu_outcomes(snap, "GA202")
+    assert by_gpu[0][0] is Outcome.PASS
+    assert by_gpu[1][0] is Outcome.NOT_EVALUATED and "index of this GPU" in by_gpu[1][1]
+    # An "all" entry needs no index: the layout is judged, by the XML's own MIG devices only.
+    assert _gpu_outcomes(snap, "GA203")[1][0] is not Outcome.NOT_EVALUATED
+    # An entry for listed indexes may or may not be this GPU's.
+    half = _gpu_outcomes(half_host, "GA203")
+    assert half[1][0] is Outcome.NOT_EVALUATED
+    # Numbered, the same rows are GPU 1's (and a layout of 7x 1g.10gb differs from "half").
+    drift = findings("GA203", host(make_host, gpus, "half", rows))
+    assert [f.gpu for f in drift] == [0, 1]
+    assert drift[1].evidence.actual["gpu_instances"] == {"1g.10gb": 7}

@@ -121,7 +121,9 @@ def test_h100_enables_mig_without_a_reset_or_stopping_anything(make_host: MakeHo
     ran, _ = apply_on(sim, ALL_1G, "all-1g.10gb")
     commands = [command for command, _ in ran]
     assert [done.returncode for _, done in ran] == [0] * len(ran)
-    assert commands[0] == "nvidia-smi -i 0,1,2,3,4,5,6,7 -mig 1"
+    # Each GPU is named by the PCI bus id the fact read, never by its index.
+    buses = ["19", "3B", "4C", "5D", "9B", "BB", "CB", "DB"]
+    assert commands[0] == f"nvidia-smi -i {','.join(f'00000000:{b}:00.0' for b in buses)} -mig 1"
     assert not any("systemctl" in c or "-r -i" in c for c in commands)
     listed = parse_mig_list_devices(run_on(sim, "nvidia-smi", "-L").stdout)
     assert [[d.profile for d in gpu.mig_devices] for gpu in listed] == [["1g.10gb"] * 7] * 8
@@ -155,7 +157,7 @@ def test_passthrough_gpu_waits_for_a_reboot_then_gets_its_partitions(make_host: 
     sim = make_host("a100-vm", profile)
     ran, _ = apply_on(sim, HALF, "half", stop_services=True)
     command, failed = ran[-1]
-    assert "|| nvidia-smi -r -i 0\n" in command and failed.returncode == 3
+    assert "|| nvidia-smi -r -i 00000000:07:00.0\n" in command and failed.returncode == 3
     # The mode change's warning, then the refused reset, which ends the steps.
     assert failed.stdout.splitlines()[0].startswith("Warning: MIG mode is in pending enable")
     assert failed.stdout.endswith("All done.\nResetting GPU 00000000:07:00.0 is not supported.\n")

@@ -49,6 +49,7 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 from gpuaudit.assemble.dcgm_diag import dcgm_diag_view
+from gpuaudit.assemble.numbering import number_gpus, with_mig_profiles
 from gpuaudit.assemble.slurm import slurm_view
 from gpuaudit.assemble.status import judge_status
 from gpuaudit.model.snapshot import (
@@ -56,7 +57,6 @@ from gpuaudit.model.snapshot import (
     GpuNvLink,
     HostSnapshot,
     HostStatus,
-    MigInstance,
     Section,
 )
 
@@ -163,7 +163,8 @@ def _build(
     log = text_log or log
     amd_gpus = _amd_cli_gpus(run, has_amd, has_amd_smi)
     has_amd = has_amd or has_amd_smi
-    log, amd_gpus = _with_device_probe(log, tuple(amd_gpus), run("nvml", parse_nvml_probe))
+    probe = run("nvml", parse_nvml_probe)
+    log, amd_gpus = _with_device_probe(log, tuple(amd_gpus), probe)
     has_nvidia, has_amd = has_nvidia or bool(log and log.gpus), has_amd or bool(amd_gpus)
     gpu_instances = run("mig_gi", parse_mig_instances) or ()
     compute_instances = run("mig_ci", parse_mig_instances) or ()
@@ -173,7 +174,14 @@ def _build(
     services = run("services", parse_services) or ()
     device_nodes = run("device_nodes", parse_device_nodes) or ()
     monitoring = run("monitoring", parse_monitoring)
-    nvidia_gpus = _with_mig_profiles(log.gpus if log else (), gpu_instances)
+    nvlink = _nvlink(sections, errors)
+    nvidia_gpus, unnumbered = number_gpus(
+        log.gpus if log else (),
+        log.attached_gpus if log else None,
+        probe.gpus_of("nvidia") if probe else (),
+        nvlink or (),
+    )
+    nvidia_gpus = with_mig_profiles(nvidia_gpus, gpu_instances, unnumbered)
     gpus = nvidia_gpus + tuple(amd_gpus)
 
     events = run("kernel_log", parse_kernel_log) or ()
@@ -213,6 +221,7 @@ def _build(
         cuda_version=log.cuda_version if log else None,
         driver_version_proc=driver_proc,
         gpus=gpus,
+        unnumbered_gpus=unnumbered,
         xid_events=resolve_gpus(events, gpus),
         kernel_log_truncated=bool(klog and klog.truncated),
         topology=topology,
@@ -228,7 +237,7 @@ def _build(
         sections=sections,
         attached_gpus=log.attached_gpus if log else None,
         pci_devices=tuple(pci_devices),
-        nvlink=_nvlink(sections, errors),
+        nvlink=nvlink,
         monitoring=monitoring,
         slurm=slurm_view(sections, errors),
         dcgm_diag=dcgm_diag_view(sections, errors),
@@ -356,25 +365,6 @@ def _with_device_probe(
     if amd:
         amd_gpus = fill_gaps(amd_gpus, amd) if amd_gpus else amd
     return log, amd_gpus
-
-
-def _with_mig_profiles(
-    gpus: tuple[Gpu, ...], instances: tuple[MigInstance, ...]
-) -> tuple[Gpu, ...]:
-    """Name each MIG device's profile from the GPU instance it lives in (the XML omits it)."""
-    profiles = {(i.gpu, i.instance_id): i.profile_name for i in instances}
-    if not profiles:
-        return gpus
-    named = []
-    for gpu in gpus:
-        devices = tuple(
-            dataclasses.replace(
-                d, profile=d.profile or profiles.get((gpu.index, d.gpu_instance_id))
-            )
-            for d in gpu.mig_devices
-        )
-        named.append(dataclasses.replace(gpu, mig_devices=devices))
-    return tuple(named)
 
 
 def _present(section: Section | None) -> bool:

@@ -24,7 +24,7 @@ from typing import Any
 from gpuaudit.model.decode import DecodeError, FieldProblem, decode, describe_value, join_path
 from gpuaudit.model.jsonable import to_json_text, to_jsonable
 
-SCHEMA_VERSION = "1.1"
+SCHEMA_VERSION = "1.2"
 # What a snapshot must have to be read at all; any other field may be missing or unusable.
 _REQUIRED = ("schema_version", "host", "status", "collected_at")
 # The name of a host whose snapshot gives none that can be used, and no file name stands in.
@@ -600,6 +600,11 @@ class HostSnapshot:
     # Version of the loaded kernel module, read from /proc/driver/nvidia/version's first line.
     driver_version_proc: str | None = None
     gpus: tuple[Gpu, ...] = ()
+    # The NVIDIA GPUs (by Gpu.index) whose nvidia-smi index no source gave: nvidia-smi -q -x
+    # prints none, and its order stands for it only when it lists every attached GPU. Their
+    # index is a stand-in, and nothing that names GPUs by nvidia-smi's index alone (mig -lgi,
+    # -lci, -lgipp; mig-parted device indexes) is matched to them (nvidia_smi_index).
+    unnumbered_gpus: tuple[int, ...] = ()
     xid_events: tuple[XidEvent, ...] = ()
     kernel_log_truncated: bool = False
     topology: Topology | None = None
@@ -703,6 +708,13 @@ class HostSnapshot:
     @classmethod
     def from_json(cls, text: str) -> HostSnapshot:
         return cls.from_dict(json.loads(text))
+
+    def nvidia_smi_index(self, gpu: Gpu) -> int | None:
+        """The number nvidia-smi gives ``gpu`` (NVML's index: ``-i N``, the GPU column of
+        ``mig -lgi``); None for an AMD GPU or one in ``unnumbered_gpus``."""
+        if gpu.vendor != "nvidia" or gpu.index in self.unnumbered_gpus:
+            return None
+        return gpu.index
 
     def gpu_by_bus(self, pci_bus_id: str | None) -> Gpu | None:
         key = bus_key(pci_bus_id)

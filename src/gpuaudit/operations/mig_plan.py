@@ -18,16 +18,26 @@ GPU reset (the driver tries it itself; it fails while anything holds the GPU). H
 apply it without a reset (NVIDIA MIG user guide, "GPU Reset on Hopper+ GPUs"). So what holds a
 GPU (``nvidia_drm``, nvidia-persistenced, DCGM, nvsm, persistence mode set by hand) blocks only
 an Ampere mode change; compute processes block any change of their GPU.
+
+A GPU is judged by its index (mig-parted's ``devices`` are NVML indexes, and ``mig -lgi`` /
+``-lci`` number GPUs the same way, read in the same moment), but every command that changes it
+names it by the PCI bus id nvidia-smi gave for it (``GpuChange.target``): the index is NVML's
+enumeration order, which NVIDIA does not promise to keep (a GPU that fails to come up after a
+driver reload or reboot moves the ones after it up), so a command aimed by index could give one
+GPU another's layout. A GPU to change whose bus id is unreadable, or shared with another GPU of
+the listing, refuses the plan: nothing is aimed at it by a guess.
 """
 
 from __future__ import annotations
 
+import re
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from gpuaudit.model.mig_spec import MigEntry
+from gpuaudit.model.snapshot import bus_key
 from gpuaudit.operations.mig_models import PROFILE, family_of, resets_to_change_mode
 
 PERSISTENCED = "nvidia-persistenced.service"
@@ -42,6 +52,9 @@ FABRIC_MANAGER = "nvidia-fabricmanager.service"
 UNITS = (*HOLDER_UNITS, FABRIC_MANAGER)
 
 ENABLED, DISABLED = "Enabled", "Disabled"
+# A PCI bus id as nvidia-smi prints it (00000000:07:00.0) or shortened (0000:07:00.0): what its
+# -i accepts besides an index or a UUID.
+_BUS_ID = re.compile(r"^[0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-7]$")
 
 
 @dataclass(frozen=True)
@@ -66,6 +79,13 @@ class GpuMig:
     @property
     def supports_mig(self) -> bool:
         return _mode(self.mig_current) in (ENABLED, DISABLED)
+
+    @property
+    def target(self) -> str | None:
+        """What commands name this GPU by (``nvidia-smi -i``): its PCI bus id, as nvidia-smi
+        printed it; None where that is not a bus id (``[N/A]``, an error, nothing)."""
+        bus_id = self.bus_id.strip()
+        return bus_id if _BUS_ID.match(bus_id) else None
 
     def layout(self) -> dict[str, int]:
         return dict(Counter(profile.lower() for _, profile in self.gpu_instances))
@@ -128,6 +148,7 @@ class GpuChange:
     index: int
     name: str
     differences: tuple[str, ...]
+    target: str | None  # the PCI bus id commands name the GPU by (GpuMig.target)
     wanted_mode: str  # ENABLED or DISABLED
     wanted_instances: tuple[str, ...]  # GPU instance profiles, sorted (what -lgi must show)
     set_mode: bool  # issue nvidia-smi -mig
@@ -183,6 +204,7 @@ def plan_mig(
     if host.instances_known is False and unknown:
         unknown += [p for p in host.problems if "mig -l" in p]
     resetting = [c for c in changes if c.reset]
+    refusals += _target_refusals(host, changes)
     refusals += _process_refusals(host, changes)
     stop_units: tuple[str, ...] = ()
     persistence_off: tuple[int, ...] = ()
@@ -235,6 +257,7 @@ def _change_for(gpu: GpuMig, entry: MigEntry) -> GpuChange | None:
         index=gpu.index,
         name=gpu.name,
         differences=tuple(differences),
+        target=gpu.target,
         wanted_mode=mode,
         wanted_instances=tuple(sorted(_expand(wanted))),
         set_mode=current != mode or pending != mode,
@@ -276,6 +299,27 @@ def _profile_problems(gpu: GpuMig, entry: MigEntry) -> list[str]:
             f"{memory_slices}/{family.memory_slices} memory slices)"
         )
     return problems
+
+
+def _target_refusals(host: HostMig, changes: list[GpuChange]) -> list[str]:
+    """A GPU to change that commands could not name by a bus id of its own."""
+    by_index = {gpu.index: gpu for gpu in host.gpus}
+    listed = Counter(bus_key(g.target) for g in host.gpus if g.target)
+    refusals = []
+    for change in changes:
+        gpu = by_index[change.index]
+        if change.target is None:
+            refusals.append(
+                f"{_label(gpu)}: nvidia-smi gave no PCI bus id for it ({gpu.bus_id.strip()!r}), "
+                "so no command can be aimed at this GPU alone (its index may name another GPU "
+                "by the time the command runs)"
+            )
+        elif listed[bus_key(change.target)] > 1:
+            refusals.append(
+                f"{_label(gpu)}: its PCI bus id {change.target} is listed for more than one GPU, "
+                "so a command aimed at it could change another"
+            )
+    return refusals
 
 
 def _process_refusals(host: HostMig, changes: list[GpuChange]) -> list[str]:

@@ -6,7 +6,7 @@ from collections import Counter
 from collections.abc import Iterable
 
 from gpuaudit.model.mig_spec import MigEntry, MigSpecError, read_mig_configs
-from gpuaudit.model.snapshot import Gpu, HostSnapshot
+from gpuaudit.model.snapshot import Gpu, HostSnapshot, MigInstance
 from gpuaudit.rules import refs
 from gpuaudit.rules.audit import GPU_LIST, section_problem
 from gpuaudit.rules.base import (
@@ -21,6 +21,13 @@ from gpuaudit.rules.base import (
     rule,
 )
 from gpuaudit.rules.evidence import gpu_label, gpu_xml_excerpt, section_excerpt
+
+# Why a GPU whose nvidia-smi index is not known is not judged by what names GPUs by that index.
+_UNNUMBERED = (
+    "nvidia-smi's index of this GPU is not known (the XML report does not list every attached "
+    "GPU, and no NVML probe or NVLink listing names it), so `nvidia-smi mig -lgi` rows and "
+    "mig-parted device indexes cannot be matched to it"
+)
 
 
 @rule(
@@ -105,8 +112,11 @@ def mig_without_instances(
     for gpu in snap.gpus:
         if (gpu.mig_mode_current or "").lower() != "enabled" or gpu.mig_devices:
             continue
-        instances = [i for i in snap.mig_gpu_instances if i.gpu == gpu.index]
+        instances = listed_gpu_instances(snap, gpu)
         if instances:
+            continue
+        if instances is None:
+            yield NotEvaluated(_UNNUMBERED, gpu.index)
             continue
         if not lgi_known:
             problem = section_problem(snap, "mig_gi") or "it listed no instance and no answer"
@@ -147,13 +157,22 @@ def gpu_instance_counts(snap: HostSnapshot, gpu: Gpu) -> dict[str, int] | None:
     reports (one per compute instance, so counted by GPU instance id); else none, if -lgi
     answered that there are none.
     """
-    listed = [i for i in snap.mig_gpu_instances if i.gpu == gpu.index]
+    listed = listed_gpu_instances(snap, gpu)
     if listed:
         return dict(Counter(_profile(i.profile_name) for i in listed))
     by_gi = {d.gpu_instance_id: d.profile for d in gpu.mig_devices if d.profile}
     if by_gi:
         return dict(Counter(_profile(p) for p in by_gi.values()))
-    return {} if _lgi_answered(snap) and not gpu.mig_devices else None
+    return {} if listed is not None and _lgi_answered(snap) and not gpu.mig_devices else None
+
+
+def listed_gpu_instances(snap: HostSnapshot, gpu: Gpu) -> tuple[MigInstance, ...] | None:
+    """The rows of `nvidia-smi mig -lgi` about one GPU, which name it by nvidia-smi's index
+    only; None when that index is not known (``HostSnapshot.unnumbered_gpus``)."""
+    index = snap.nvidia_smi_index(gpu)
+    if index is None:
+        return None
+    return tuple(i for i in snap.mig_gpu_instances if i.gpu == index)
 
 
 def _profile(name: str) -> str:
@@ -194,7 +213,7 @@ def _counts(counts: dict[str, int]) -> str:
         refs.GUIDE_MIG_SCHEDULING,
     ),
 )
-def mig_layout_drift(rule: Rule, snap: HostSnapshot, ctx: RuleContext) -> Iterable[Finding]:
+def mig_layout_drift(rule: Rule, snap: HostSnapshot, ctx: RuleContext) -> Iterable[CheckResult]:
     """A GPU whose MIG mode or instances are not what the site's mig-parted config asks for.
 
     Checks: the config named by ``mig_config_name`` (per host or group) in ``mig_configs``
@@ -223,9 +242,13 @@ def mig_layout_drift(rule: Rule, snap: HostSnapshot, ctx: RuleContext) -> Iterab
     for gpu in snap.gpus:
         if gpu.vendor != "nvidia":
             continue
-        entry = next(
-            (e for e in reversed(entries) if e.matches(gpu.index, _pci_id(snap, gpu))), None
-        )
+        index, pci_id = snap.nvidia_smi_index(gpu), _pci_id(snap, gpu)
+        if index is None and any(
+            e.devices and e.matches(e.devices[0], pci_id) for e in entries
+        ):  # an entry for some GPU indexes may or may not be this GPU's
+            yield NotEvaluated(_UNNUMBERED, gpu.index)
+            continue
+        entry = next((e for e in reversed(entries) if e.matches(gpu.index, pci_id)), None)
         if entry is None:
             continue
         problems = _layout_problems(snap, gpu, entry)

@@ -44,14 +44,13 @@ def _excerpt(snap: HostSnapshot, gpu: int, *sections: str) -> str:
 
 def _gpu_of(snap: HostSnapshot, entry: GpuNvLink) -> Gpu | None:
     """The GPU of the snapshot an NVLink entry is about: the one with its UUID, else the one
-    with its number. The listing numbers GPUs as nvidia-smi does at that moment, which is not
-    the GPU list's index where a GPU is missing from the list (one fallen off the bus is left
-    out of the report and the GPUs after it move up)."""
+    with its nvidia-smi index. The listing numbers GPUs as nvidia-smi does; a GPU whose
+    nvidia-smi index is not known (``HostSnapshot.unnumbered_gpus``) is matched by UUID only."""
     if entry.uuid:
         same = next((g for g in snap.gpus if g.uuid == entry.uuid), None)
         if same is not None:
             return same
-    return next((g for g in snap.gpus if g.index == entry.gpu), None)
+    return next((g for g in snap.gpus if snap.nvidia_smi_index(g) == entry.gpu), None)
 
 
 def _label(gpu: Gpu | None, entry: GpuNvLink) -> str:
