@@ -22,7 +22,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from gpuaudit.policy.check import load_for_cli
 from gpuaudit.report.run import RunDir, RunEnd, new_run_dir, os_error_text
 
 if TYPE_CHECKING:
@@ -249,7 +248,7 @@ def cmd_audit(args: argparse.Namespace) -> int:
         print(f"gpuaudit: --previous {args.previous} is not a gpuaudit run", file=sys.stderr)
         return 2
     policy = args.policy or os.environ.get("GPUAUDIT_POLICY")
-    if policy and load_for_cli(policy) is None:
+    if policy and not _policy_usable(policy):
         return 2  # checked before any host is contacted; the deploy loads it again
     kube_nodes = _kube_nodes_text(args)
     if kube_nodes is False:
@@ -281,6 +280,12 @@ def cmd_audit(args: argparse.Namespace) -> int:
         if end is not None:
             audit.close(end)
     return _audit_result(run, end, args.fail_on)
+
+
+def _policy_usable(path: str) -> bool:
+    from gpuaudit.policy.check import load_for_cli  # the policy and its YAML: only when given
+
+    return load_for_cli(path) is not None
 
 
 def _kube_nodes_text(args: argparse.Namespace) -> str | bool | None:

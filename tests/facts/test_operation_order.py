@@ -95,3 +95,20 @@ def test_the_audit_deploy_has_pyinfra_use_it(monkeypatch: pytest.MonkeyPatch) ->
     monkeypatch.setattr(module, "get_operation_order_from_stack", original)
     deploy.use_quick_operation_order()
     assert module.get_operation_order_from_stack is deploy.operation_order
+
+
+def test_the_cached_global_arguments_are_pyinfras_own(monkeypatch: pytest.MonkeyPatch) -> None:
+    from typing import get_type_hints
+
+    from pyinfra.api import arguments, facts
+
+    pyinfras = list(get_type_hints(arguments.AllArguments).items())
+    cached = deploy.global_arguments()
+    assert cached == pyinfras and len(cached) > 10
+    # A new list each call: a caller that changes one does not change the next.
+    cached.clear()
+    assert deploy.global_arguments() == pyinfras
+    for module in (arguments, facts):  # as pyinfra left them, whatever ran before
+        monkeypatch.setattr(module, "all_global_arguments", lambda: list(pyinfras))
+    deploy.use_cached_global_arguments()
+    assert arguments.all_global_arguments is facts.all_global_arguments is deploy.global_arguments

@@ -27,12 +27,14 @@ over /host/tmp gives the script the only place it writes.
 from __future__ import annotations
 
 import argparse
+import functools
 import re
 import time
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import yaml
+if TYPE_CHECKING:
+    import yaml
 
 from gpuaudit.collect import check_collector_setting, collector_script
 
@@ -131,9 +133,12 @@ class KubernetesJobOptions:
 
 def render_manifest(options: KubernetesJobOptions | None = None) -> str:
     """The manifest as YAML text, one document per object, ``---`` between them."""
+    import yaml
+
     docs = manifest_documents(options or KubernetesJobOptions())
+    dumper = _dumper()
     return "---\n".join(
-        yaml.dump(doc, Dumper=_Dumper, sort_keys=False, width=100, allow_unicode=True)
+        yaml.dump(doc, Dumper=dumper, sort_keys=False, width=100, allow_unicode=True)
         for doc in docs
     )
 
@@ -406,20 +411,23 @@ def _toleration_doc(tol: Toleration) -> dict[str, str]:
     return {k: v for k, v in doc.items() if v}
 
 
-class _Dumper(yaml.SafeDumper):
+@functools.cache
+def _dumper() -> type[yaml.SafeDumper]:
     """YAML with multi-line strings (the scripts) as literal blocks, readable in review, and
-    no anchors: each object spelled out, as kubectl prints it."""
+    no anchors: each object spelled out, as kubectl prints it. Made on first use: the parser
+    of this command is added on every start of `gpuaudit`, and yaml is not needed for it."""
+    import yaml
 
-    def ignore_aliases(self, data: Any) -> bool:
-        return True
+    class Dumper(yaml.SafeDumper):
+        def ignore_aliases(self, data: Any) -> bool:
+            return True
 
+    def literal(dumper: yaml.SafeDumper, value: str) -> yaml.ScalarNode:
+        style = "|" if "\n" in value else None
+        return dumper.represent_scalar("tag:yaml.org,2002:str", value, style=style)
 
-def _str(dumper: yaml.SafeDumper, value: str) -> yaml.ScalarNode:
-    style = "|" if "\n" in value else None
-    return dumper.represent_scalar("tag:yaml.org,2002:str", value, style=style)
-
-
-_Dumper.add_representer(str, _str)
+    Dumper.add_representer(str, literal)
+    return Dumper
 
 
 # The command line: ``gpuaudit collect-job kubernetes`` (cli.py adds the parser and calls these).

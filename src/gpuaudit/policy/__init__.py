@@ -61,29 +61,33 @@ Public API: :func:`load_policy`, :meth:`Policy.from_text`, :meth:`Policy.setting
 
 from __future__ import annotations
 
-from gpuaudit.policy.loader import load_policy
-from gpuaudit.policy.model import (
-    MIG_PARTED_COPY,
-    POLICY_FILE,
-    POLICY_FILE_VERSION,
-    XID_RULE,
-    Policy,
-    SeverityOverride,
-    Waiver,
-    WaiverStatus,
-)
-from gpuaudit.policy.nodes import PolicyError, Problem
+import importlib
+from typing import TYPE_CHECKING, Any
 
-__all__ = [
-    "MIG_PARTED_COPY",
-    "POLICY_FILE",
-    "POLICY_FILE_VERSION",
-    "XID_RULE",
-    "Policy",
-    "PolicyError",
-    "Problem",
-    "SeverityOverride",
-    "Waiver",
-    "WaiverStatus",
-    "load_policy",
-]
+if TYPE_CHECKING:
+    from gpuaudit.policy.loader import load_policy as load_policy
+    from gpuaudit.policy.model import MIG_PARTED_COPY as MIG_PARTED_COPY
+    from gpuaudit.policy.model import POLICY_FILE as POLICY_FILE
+    from gpuaudit.policy.model import POLICY_FILE_VERSION as POLICY_FILE_VERSION
+    from gpuaudit.policy.model import XID_RULE as XID_RULE
+    from gpuaudit.policy.model import Policy as Policy
+    from gpuaudit.policy.model import SeverityOverride as SeverityOverride
+    from gpuaudit.policy.model import Waiver as Waiver
+    from gpuaudit.policy.model import WaiverStatus as WaiverStatus
+    from gpuaudit.policy.nodes import PolicyError as PolicyError
+    from gpuaudit.policy.nodes import Problem as Problem
+
+# The public names are those these modules export, imported on first use (PEP 562): what needs
+# only a submodule (the `policy check` parser, on every start of `gpuaudit`) does not load the
+# policy model, its YAML parser and the rules. Searched in this order, the lightest first.
+_HOMES = ("nodes", "model", "loader")
+
+
+def __getattr__(name: str) -> Any:
+    for home in _HOMES:
+        module = importlib.import_module(f"{__name__}.{home}")
+        if name in module.__all__:
+            value = getattr(module, name)
+            globals()[name] = value
+            return value
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

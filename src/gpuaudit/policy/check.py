@@ -12,21 +12,23 @@ from __future__ import annotations
 import argparse
 import sys
 from datetime import date
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import yaml
-
-from gpuaudit.policy.defaults import DEFAULT_POLICY
-from gpuaudit.policy.loader import load_policy
-from gpuaudit.policy.model import Policy
-from gpuaudit.policy.nodes import PolicyError
-from gpuaudit.policy.upgrade import UpgradeSettings
+if TYPE_CHECKING:
+    from gpuaudit.policy.model import Policy
 
 __all__ = ["add_policy_parser", "describe_policy", "load_for_cli"]
 
 
+# The policy modules and YAML are imported by the functions that use them: `gpuaudit` adds this
+# command's parser on every start, and most commands read no policy.
+
+
 def load_for_cli(path: str) -> Policy | None:
     """The policy at ``path``, or None after printing why it cannot be used."""
+    from gpuaudit.policy.loader import load_policy
+    from gpuaudit.policy.nodes import PolicyError
+
     try:
         return load_policy(path)
     except PolicyError as error:
@@ -35,6 +37,8 @@ def load_for_cli(path: str) -> Policy | None:
 
 
 def _changed(settings: dict[str, Any]) -> dict[str, Any]:
+    from gpuaudit.policy.defaults import DEFAULT_POLICY
+
     return {
         key: value
         for key, value in settings.items()
@@ -44,6 +48,10 @@ def _changed(settings: dict[str, Any]) -> dict[str, Any]:
 
 def describe_policy(policy: Policy, on: date) -> str:
     """The policy's effective settings per group, overrides and waivers, as YAML."""
+    import yaml
+
+    from gpuaudit.policy.upgrade import UpgradeSettings
+
     view: dict[str, Any] = {
         "defaults": _changed(policy.settings_for({})),
         "groups": {

@@ -18,14 +18,16 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import date, datetime
 from pathlib import Path
-from typing import Any, Literal, NamedTuple
+from typing import TYPE_CHECKING, Any, Literal, NamedTuple
 
 import yaml
 
 from gpuaudit.model.findings import Finding, Severity
-from gpuaudit.model.snapshot import HostSnapshot
 from gpuaudit.policy.defaults import DEFAULT_POLICY, host_overrides, merge_policy
 from gpuaudit.policy.upgrade import UpgradeSettings
+
+if TYPE_CHECKING:
+    from gpuaudit.model.snapshot import HostSnapshot
 
 __all__ = [
     "MIG_PARTED_COPY",
@@ -152,7 +154,8 @@ class Policy:
 
     def settings_for(self, target: HostSnapshot | Mapping[str, Any]) -> dict[str, Any]:
         """Every setting the rules read for one host (a snapshot or its host_data)."""
-        host_data = target.host_data if isinstance(target, HostSnapshot) else target
+        # A snapshot is no mapping: its host_data is.
+        host_data = target if isinstance(target, Mapping) else target.host_data
         groups = host_data.get("groups") or ()
         if isinstance(groups, str):
             groups = (groups,)

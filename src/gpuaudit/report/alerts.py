@@ -21,8 +21,6 @@ import sys
 from collections.abc import Mapping
 from typing import Any
 
-import yaml
-
 from gpuaudit.policy.defaults import effective_policy
 
 FORMATS = ("rules", "prometheusrule")
@@ -200,6 +198,8 @@ def render_alerts(
         f"# GPU fleet alerts from gpuaudit, thresholds from {source}.\n"
         "# dcgm-exporter must export the DCGM fields these read: docs/field-guide/monitoring.md\n"
     )
+    import yaml  # here: `gpuaudit` adds this command's parser on every start
+
     body = yaml.safe_dump(document, sort_keys=False, allow_unicode=True, width=4096)
     return header + body
 
