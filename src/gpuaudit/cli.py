@@ -59,15 +59,21 @@ def _report_from_bundles(
     args: argparse.Namespace, policy: Policy | None
 ) -> tuple[RunDir, Register]:
     from gpuaudit.kubeview import copy_into
-    from gpuaudit.offline import bundle_dir_files, check_unique_hosts, store_snapshots
+    from gpuaudit.offline import BundleDir, check_unique_hosts, read_bundle_dir, store_snapshots
     from gpuaudit.pipeline import ReportRequest, write_request
     from gpuaudit.report.provenance import bundle_scope, record_provenance
 
-    paths = bundle_dir_files(args.bundle_dir) if args.bundle_dir else list(map(Path, args.bundle))
+    if args.bundle_dir:
+        found = read_bundle_dir(args.bundle_dir)
+        for note in found.notes():
+            print(f"gpuaudit: {args.bundle_dir}: {note}", file=sys.stderr)
+    else:
+        found = BundleDir(tuple(map(Path, args.bundle)))
+    paths = list(found.files)
     check_unique_hosts(paths)  # before the run directory exists
     run = new_run_dir(args.reports_dir, args.run_id)
     # One bundle at a time: each snapshot is on disk before the next bundle is read.
-    store_snapshots(paths, run.write_snapshot)
+    store_snapshots(paths, run.write_snapshot, found.set_aside)
     if policy is not None:
         policy.copy_to(run.path)
     record_provenance(run.path, bundle_scope(paths, args.bundle_dir), policy)

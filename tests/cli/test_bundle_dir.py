@@ -8,6 +8,7 @@ where one bundle's text is copied under several host names, the test says so.
 from __future__ import annotations
 
 import gc
+import gzip
 import json
 import os
 import sys
@@ -111,19 +112,96 @@ def test_bundle_dir_gives_the_register_bundle_gives(
     assert snapshot["sections"]["collect_job"]["stdout"] == MARKER
 
 
-def test_duplicate_hosts_are_refused_before_any_run_exists(
+def test_two_bundles_for_one_host_are_refused_before_any_run_exists(
     tmp_path: Path, bundles: dict[str, str], capsys: pytest.CaptureFixture[str]
 ) -> None:
     folder = tmp_path / "shared"
     folder.mkdir()
     (folder / "gpu-a.bundle").write_text(bundles["t4-02"])
-    (folder / "gpu-a.failed").write_text(MARKER)  # a bundle and a marker for one host
+    (folder / "gpu-a.txt.gz").write_bytes(gzip.compress(bundles["t4-02"].encode()))
     (folder / "gpu-b.bundle").write_text(bundles["t4-02"])
     (folder / "gpu-b.txt").write_text(bundles["t4-02"])
+    (folder / "gpu-c.bundle").write_text(bundles["t4-02"])
     reports = tmp_path / "reports"
     assert main(["report", "--bundle-dir", str(folder), "--reports-dir", str(reports)]) == 2
     assert "several bundles name the same host: gpu-a, gpu-b" in capsys.readouterr().err
     assert not reports.exists()
+
+
+@pytest.mark.parametrize("newer", ["bundle", "marker"])
+def test_a_bundle_beside_its_hosts_marker_the_newer_is_read_the_older_named(
+    tmp_path: Path, bundles: dict[str, str], capsys: pytest.CaptureFixture[str], newer: str
+) -> None:
+    # What a collection job leaves when it ends between writing a node's new file and
+    # removing its old one (jobs/slurm.py replaces one with the other).
+    folder = tmp_path / "shared"
+    folder.mkdir()
+    bundle, marker = folder / "gpu-a.bundle", folder / "gpu-a.failed"
+    bundle.write_text(bundles["t4-02"])
+    marker.write_text(MARKER)
+    (folder / "gpu-b.bundle").write_text(bundles["t4-02"])
+    older, newer_file = (marker, bundle) if newer == "bundle" else (bundle, marker)
+    os.utime(older, ns=(1_700_000_000 * 10**9,) * 2)
+    os.utime(newer_file, ns=(1_700_000_100 * 10**9,) * 2)
+    assert bundle_dir_files(folder) == [newer_file, folder / "gpu-b.bundle"]
+
+    reports = tmp_path / "reports"
+    assert main(["report", "--bundle-dir", str(folder), "--reports-dir", str(reports),
+                 "--run-id", "r"]) == 0  # fmt: skip
+    err = capsys.readouterr().err
+    assert f"{older.name} is older than the other file for host gpu-a and was not read" in err
+    hosts = {h["name"]: h for h in _register(reports, "r")["hosts"]}
+    assert hosts["gpu-a"]["status"] == ("ok" if newer == "bundle" else "collection_failed")
+    snapshot = json.loads((reports / "r/hosts/gpu-a.json").read_text())
+    notes = [w for w in snapshot["parse_warnings"] if w["source"] == "bundle directory"]
+    assert [w["text"] for w in notes] == [older.name]
+    assert hosts["gpu-b"]["status"] == "ok"
+    assert not [
+        w for w in json.loads((reports / "r/hosts/gpu-b.json").read_text())["parse_warnings"]
+        if w["source"] == "bundle directory"
+    ]  # fmt: skip
+
+
+def test_gzipped_bundles_are_read_and_what_is_left_out_is_said(
+    tmp_path: Path, bundles: dict[str, str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    plain, packed = tmp_path / "plain", tmp_path / "packed"
+    plain.mkdir()
+    packed.mkdir()
+    (plain / "gpu-a.bundle").write_text(bundles["a100-hgx-02"])
+    (plain / "gpu-d.failed").write_text(MARKER)
+    (packed / "gpu-a.bundle.gz").write_bytes(gzip.compress(bundles["a100-hgx-02"].encode()))
+    (packed / "gpu-d.failed.gz").write_bytes(gzip.compress(MARKER.encode()))
+    whole = gzip.compress(bundles["t4-02"].encode())
+    (packed / "gpu-x.bundle.gz").write_bytes(whole[: len(whole) // 2])  # cut short in transit
+    (packed / "gpu-y.bundle.gz").write_text(bundles["t4-02"])  # not gzip at all
+    (packed / "gpu-z.bundle.zst").write_text("?")
+    (packed / "notes.md").write_text("?")
+    (packed / "gpu-w.bundle.tmp").write_text("?")
+    reports = tmp_path / "reports"
+    for folder in (plain, packed):
+        argv = ["report", "--bundle-dir", str(folder), "--reports-dir", str(reports)]
+        assert main([*argv, "--run-id", folder.name]) == 0
+    err = capsys.readouterr().err
+    assert (
+        f"{packed}: left out, not named as bundles (*.bundle, *.txt, *.out, *.failed, or .gz): "
+        "gpu-z.bundle.zst, notes.md"
+    ) in err
+    assert f"{packed}: left out, still being written (*.tmp): gpu-w.bundle.tmp" in err
+    assert f"{plain}:" not in err
+    by_plain, by_packed = _register(reports, "plain"), _register(reports, "packed")
+    same_hosts = {f for f in _findings(by_packed) if f[1] in ("gpu-a", "gpu-d")}
+    assert _findings(by_plain) == same_hosts and len(same_hosts) > 2
+    hosts = {h["name"]: h for h in by_packed["hosts"]}
+    assert {n: h["status"] for n, h in hosts.items()} == {
+        "gpu-a": "ok",
+        "gpu-d": "collection_failed",
+        "gpu-x": "collection_failed",
+        "gpu-y": "collection_failed",
+    }
+    assert hosts["gpu-d"]["status_detail"] == MARKER.splitlines()[0]
+    assert "not a whole gzip file" in hosts["gpu-x"]["status_detail"]
+    assert "gpu-y.bundle.gz could not be read" in hosts["gpu-y"]["status_detail"]
 
 
 @pytest.mark.parametrize("contents", [(), (".hidden.bundle", "x.bundle.tmp", "job.log")])
