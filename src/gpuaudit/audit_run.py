@@ -11,6 +11,7 @@ prints the run's summary and gives the exit status ``--fail-on`` asks for.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import signal
 import subprocess
@@ -161,7 +162,11 @@ class AuditRun:
         if listed.returncode != 0:
             sys.stderr.write(listed.stderr)
             return []
-        names = [line.split("\t", 1)[1] for line in listed.stdout.splitlines() if "\t" in line]
+        names = [
+            json.loads(line.split("\t", 1)[1])
+            for line in listed.stdout.splitlines()
+            if line.startswith("host\t")
+        ]
         parts = [names[i :: self.shards] for i in range(self.shards)]
         options = [a for a in self.pyinfra_argv[:-2] if not a.startswith("--limit=")]
         inventory, operation = self.pyinfra_argv[-2:]

@@ -34,6 +34,7 @@ from __future__ import annotations
 import contextlib
 import importlib
 import io
+import json
 import logging
 import os
 import sys
@@ -613,14 +614,15 @@ def hosts_by_name(matches: Any) -> Any:
 
 def list_hosts_main(argv: Sequence[str]) -> int:
     """Print the name of every host a run's pyinfra command line (``argv``) selects, one
-    ``host<TAB>NAME`` line each, in inventory order (the hosts a sharded run splits); 2 when
-    pyinfra refuses the command line."""
+    ``host<TAB>NAME`` line each, NAME as a JSON string (an inventory's name may hold a line
+    break), in inventory order (the hosts a sharded run splits); 2 when pyinfra refuses the
+    command line."""
     state = _inventory_state(list(argv))
     if state is None:
         return 2
     for host in state.inventory:
         if state.is_host_in_limit(host):
-            print(f"host\t{host.name}")
+            print(f"host\t{json.dumps(host.name)}")
     return 0
 
 

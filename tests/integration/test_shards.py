@@ -92,3 +92,18 @@ def test_the_hosts_of_a_shard_that_died_are_in_the_register(tmp_path: Path) -> N
         assert "exit status 137" in hosts[name]["status_detail"]
     alive = set(hosts) - set(dead)
     assert all(hosts[name]["status"] != "not_audited" for name in alive)
+
+
+def test_every_host_name_reaches_one_shard_as_it_is(tmp_path: Path) -> None:
+    # Names an inventory file may give: a line break or a tab inside, two that differ only in
+    # case, a wildcard character, one that is also a group's name.
+    names = ["gpu-a\nb", "gpu-x\ty", "GPU-c", "gpu-c", "gpu-[d]", "gpus"]
+    inventory = tmp_path / "odd.py"
+    inventory.write_text(f"gpus = {names!r}\n")
+    run = new_run_dir(tmp_path / "reports", "odd")
+    env = {**_env(tmp_path), "GPUAUDIT_RUN_DIR": str(run.path)}
+    audit = AuditRun(run, ["-y", str(inventory), AUDIT_OPERATION], env, shards=4)
+    commands = audit.shard_commands()
+    parts = [[a.split("=", 1)[1] for a in c if a.startswith("--limit=")] for c, _ in commands]
+    assert sorted(name for part in parts for name in part) == sorted(names)
+    assert all(len(part) == len(set(part)) for part in parts)
