@@ -33,7 +33,7 @@ def test_systemd_units_command_quotes_names() -> None:
     )
 
 
-def test_systemd_units_leave_out_missing_and_masked_units() -> None:
+def test_systemd_units_leave_out_missing_units_and_mark_masked_ones() -> None:
     output = [
         "Id=nvidia-persistenced.service",
         "LoadState=loaded",
@@ -51,7 +51,8 @@ def test_systemd_units_leave_out_missing_and_masked_units() -> None:
         "UnitFileState=masked",
     ]
     assert SystemdUnits().process(output) == {
-        "nvidia-persistenced.service": {"active": "inactive", "enabled": "disabled"}
+        "nvidia-persistenced.service": {"active": "inactive", "enabled": "disabled"},
+        "nvidia-dcgm.service": {"active": "inactive", "enabled": "masked"},
     }
 
 

@@ -114,8 +114,9 @@ class SystemdUnits(FactBase[dict[str, dict[str, str]]]):
         host.get_fact(SystemdUnits, units=["nvidia-persistenced"])
         {"nvidia-persistenced.service": {"active": "inactive", "enabled": "disabled"}}
 
-    A unit the host does not have, or that is masked (someone turned it off on purpose), is
-    left out. pyinfra's ``SystemdStatus`` and
+    A unit the host does not have is left out; a masked one (someone turned it off on
+    purpose) is there with ``"enabled": "masked"``, so that an operation can say so instead of
+    calling it missing. pyinfra's ``SystemdStatus`` and
     ``SystemdEnabled`` cannot tell a missing unit from a stopped, disabled one (systemctl shows
     properties for any name), and the operations must not try to start what is not installed.
     """
@@ -146,10 +147,11 @@ class SystemdUnits(FactBase[dict[str, dict[str, str]]]):
                 block[key] = value
                 continue
             unit = block.get("Id")
-            if unit and block.get("LoadState", "loaded") not in ("not-found", "masked"):
+            load = block.get("LoadState", "loaded")
+            if unit and load != "not-found":
                 units[unit] = {
                     "active": block.get("ActiveState", ""),
-                    "enabled": block.get("UnitFileState", ""),
+                    "enabled": "masked" if load == "masked" else block.get("UnitFileState", ""),
                 }
             block = {}
         return units

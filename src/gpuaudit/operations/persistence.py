@@ -13,7 +13,7 @@ from gpuaudit.facts.remediation import (
     SystemdUnits,
     unit_name,
 )
-from gpuaudit.operations.services import needs_enable
+from gpuaudit.operations.services import enable_commands, is_masked, masked_note, needs_enable
 
 
 @operation()
@@ -31,7 +31,8 @@ def enable(daemon: str = "nvidia-persistenced") -> Generator[StringCommand, None
     ``systemctl enable --now`` when it is stopped or disabled. Once it runs it turns
     persistence on for every GPU, so no ``nvidia-smi -pm`` is issued alongside it.
     ``nvidia-smi -i <gpus> -pm 1`` is used only for GPUs still off while the daemon runs
-    (switched off by hand) or on hosts without the unit. That is NVIDIA's legacy setting,
+    (switched off by hand) or on hosts without the unit, or with the unit masked (left masked:
+    someone turned it off on purpose). That is NVIDIA's legacy setting,
     lost at reboot: the operation warns, and the audit keeps reporting a host without the
     daemon.
 
@@ -47,9 +48,10 @@ def enable(daemon: str = "nvidia-persistenced") -> Generator[StringCommand, None
         )
         return
     unit = unit_name(daemon)
-    state = host.get_fact(SystemdUnits, units=[unit]).get(unit)
+    units = host.get_fact(SystemdUnits, units=[unit])
+    state = units.get(unit)
     if state is not None and needs_enable(state):
-        yield StringCommand("systemctl", "enable", "--now", QuoteString(unit))
+        yield from enable_commands(units, [unit])
         return
     modes = host.get_fact(PersistenceModes)
     off = [index for index, mode in modes.items() if mode == "Disabled"]
@@ -58,6 +60,11 @@ def enable(daemon: str = "nvidia-persistenced") -> Generator[StringCommand, None
             logger.warning(
                 f"{host.name}: {unit} is not installed: persistence set with nvidia-smi -pm 1, "
                 "NVIDIA's legacy setting, which a reboot loses; install the daemon"
+            )
+        elif is_masked(state):
+            logger.warning(
+                f"{host.name}: {masked_note([unit])}; persistence set with nvidia-smi -pm 1, "
+                "NVIDIA's legacy setting, which a reboot loses"
             )
         yield StringCommand("nvidia-smi", "-i", QuoteString(",".join(off)), "-pm", "1")
     elif modes:

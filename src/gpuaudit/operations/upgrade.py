@@ -34,7 +34,7 @@ from gpuaudit.facts.remediation import NvidiaDriverVersion
 from gpuaudit.facts.upgrade import AptPolicyVersions, BootId, NvidiaModuleVersion
 from gpuaudit.operations.driver import by_package_manager, driver_regexes
 from gpuaudit.operations.plan import refusal
-from gpuaudit.operations.services import installed_units
+from gpuaudit.operations.services import RUNNING, installed_units
 from gpuaudit.rules.versions import is_driver_version, version_key
 
 # The GPU services, in the order they start: the persistence daemon first, fabric manager
@@ -48,7 +48,6 @@ GPU_SERVICES = (
 )
 # Unit-file states of a unit that comes up at boot: start_gpu_services starts only these.
 _STARTS_AT_BOOT = ("enabled", "enabled-runtime", "static")
-_RUNNING = ("active", "activating", "reloading")
 # The NVIDIA kernel modules, users before what they use: the order modprobe -r needs.
 UNLOAD_ORDER = ("nvidia_peermem", "nvidia_uvm", "nvidia_drm", "nvidia_modeset", "nvidia")
 _ALWAYS_LOADED = ("nvidia", "nvidia_modeset", "nvidia_uvm")
@@ -75,7 +74,7 @@ def stop_gpu_services(names: Iterable[str] = GPU_SERVICES) -> Commands:
         upgrade.stop_gpu_services(name="Stop the GPU services")
     """
     wanted, units, present = installed_units(names)
-    running = [unit for unit in present if units[unit].get("active") in _RUNNING]
+    running = [unit for unit in present if units[unit].get("active") in RUNNING]
     if running:
         yield StringCommand("systemctl", "stop", *(QuoteString(u) for u in reversed(running)))
     elif present:
