@@ -26,9 +26,11 @@ from gpuaudit.operations.sysctl import (
     boot_problem,
     comment_out,
     find_shadows,
+    kept_values,
     live_differences,
     load_order,
     render,
+    satisfies,
 )
 
 OURS = "/etc/sysctl.d/90-gpuaudit.conf"
@@ -355,3 +357,51 @@ def test_not_a_regular_file_is_left_alone() -> None:
     assert refused(commands) == f"{OURS} exists but is not a regular file; not replacing it"
     commands, _ = run(sysctl.remove, {"File": False})
     assert refused(commands) == f"{OURS} exists but is not a regular file; not removing it"
+
+
+# --- a number is a minimum -------------------------------------------------------------------
+
+
+def test_a_number_is_met_by_a_higher_one_a_text_only_by_itself() -> None:
+    assert satisfies("536870912", "134217728") and satisfies(134217728, "134217728")
+    assert not satisfies("212992", "134217728")
+    assert not satisfies("536870912", "134217728", exact=True)
+    assert satisfies([4096, 87380, 6291456], "4096  87380 6291456")
+    assert not satisfies([4096, 87380, 8388608], "4096 87380 6291456")  # a vector: exact
+    assert not satisfies("fq_codel", "fq") and not satisfies("12x", "10")
+
+
+def test_a_later_file_above_a_minimum_is_no_shadow() -> None:
+    higher = ("/etc/sysctl.d/99-tuning.conf", "net.core.rmem_max", "536870912")
+    lower = ("/etc/sysctl.conf", "net.core.wmem_max", "212992")
+    assert find_shadows(OURS, WANT, [higher, lower]) == [lower]
+    assert find_shadows(OURS, WANT, [higher, lower], exact=True) == [higher, lower]
+    # A higher value read last still leaves the key above the minimum at boot, whatever a
+    # line before it sets.
+    assignments = [("/etc/sysctl.d/95-a.conf", "net.core.rmem_max", "1"), higher]
+    assert find_shadows(OURS, WANT, assignments) == []
+
+
+def test_the_drop_in_keeps_a_higher_value_an_earlier_file_sets() -> None:
+    want = {**WANT, "net.ipv4.conf.*.rp_filter": "2", "net.core.default_qdisc": "fq"}
+    assignments = [
+        ("/etc/sysctl.d/60-tuning.conf", "net/core/rmem_max", "536870912"),
+        ("/etc/sysctl.d/60-tuning.conf", "net.core.wmem_max", "65536"),  # lower: ours wins
+        ("/etc/sysctl.d/60-tuning.conf", "net.ipv4.conf.*.rp_filter", "5"),  # a glob: as is
+        ("/etc/sysctl.d/60-tuning.conf", "net.core.default_qdisc", "fq_codel"),  # text
+        ("/etc/sysctl.d/99-late.conf", "net.core.wmem_max", "999999999"),  # after ours
+        (OURS, "net.core.rmem_max", "999"),  # our own stale line: rewritten anyway
+    ]
+    assert kept_values(OURS, want, assignments) == {**want, "net.core.rmem_max": "536870912"}
+    # A drop-in that is not read at boot overrides nothing.
+    hidden = "/usr/lib/sysctl.d/90-gpuaudit.conf"
+    assert kept_values(hidden, WANT, assignments, [OURS]) == WANT
+
+
+def test_a_running_value_above_a_minimum_is_no_difference() -> None:
+    running = {"net.core.rmem_max": 536870912, "net.core.wmem_max": 212992}
+    assert live_differences(WANT, running) == (["net.core.wmem_max"], [])
+    assert live_differences(WANT, running, exact=True) == (
+        ["net.core.rmem_max", "net.core.wmem_max"],
+        [],
+    )

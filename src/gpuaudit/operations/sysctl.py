@@ -44,6 +44,7 @@ HEADER = (
     "# on every run, so edits here are lost. Change the site policy's sysctl_baseline instead.",
 )
 
+_INTEGER = re.compile(r"-?[0-9]+")
 # After an optional "-" (ignore errors), names separated by dots or slashes; "*" is a glob.
 _KEY = re.compile(r"-?[A-Za-z0-9_*][A-Za-z0-9_*-]*(?:[./][A-Za-z0-9_*][A-Za-z0-9_*-]*)*")
 
@@ -56,6 +57,7 @@ def baseline(
     path: str = DEFAULT_PATH,
     apply: bool = True,
     fix_shadows: bool = False,
+    exact: bool = False,
 ) -> Commands:
     """
     Write the site's sysctl values as one drop-in file and apply them to the running kernel.
@@ -66,7 +68,9 @@ def baseline(
       ``/etc/sysctl.d`` or another sysctl.d directory)
     + apply: run ``sysctl -p <path>`` when a running value differs from the wanted one
     + fix_shadows: comment out the lines of files read after ``path`` that set a wanted key to
-      another value (by default they are only reported)
+      a value short of it (by default they are only reported)
+    + exact: hold numbers exactly as given; by default a number is a minimum, as rule GA601
+      judges it, and a higher value the host has is kept
 
     The file is written whole (a header and one ``key = value`` line per key, sorted), never
     appended to, and left alone when it already holds exactly that. Keys may use dots or
@@ -79,7 +83,12 @@ def baseline(
     warns about each one and names it in its "no change" message, and edits it only with
     ``fix_shadows``. Files read before ``path`` lose to it and are not reported.
 
-    Values are applied exactly as given: a running value above the baseline is set back to it.
+    A number is a minimum (``exact=False``, the default): a file read after ``path``, or a
+    running value, at or above it is left as it is, and where a file read before ``path`` sets
+    a key higher, the drop-in keeps that value, so the drop-in never lowers what the host boots
+    with. Only the running values short of the baseline are set (``sysctl -w``; ``sysctl -p``
+    of the drop-in where a key is a glob). Text values (``bbr``, ``4096 87380 6291456``) are
+    held exactly.
 
     .. code:: python
 
@@ -92,6 +101,10 @@ def baseline(
     path = _validated_path(path)
     changed = False
 
+    assignments = host.get_fact(SysctlDropins, keys=list(wanted))
+    files = [*host.get_fact(SysctlConfFiles), *(file for file, _, _ in assignments)]
+    if not exact:
+        wanted = kept_values(path, wanted, assignments, files)
     content = render(wanted)
     remote = host.get_fact(File, path=path)
     if remote is False:
@@ -110,14 +123,12 @@ def baseline(
         changed = True
 
     notes: list[str] = []
-    assignments = host.get_fact(SysctlDropins, keys=list(wanted))
-    files = [*host.get_fact(SysctlConfFiles), *(file for file, _, _ in assignments)]
     unread = boot_problem(path, files)
     if unread:
         logger.warning(f"sysctl baseline: {unread}")
         notes.append(unread)
 
-    shadows = find_shadows(path, wanted, assignments, files)
+    shadows = find_shadows(path, wanted, assignments, files, exact=exact)
     for file, key, value in shadows:
         want = wanted[_key_for(wanted, key)]
         action = (
@@ -136,15 +147,20 @@ def baseline(
     if apply:
         globs = any("*" in key for key in wanted)
         running = host.get_fact(Sysctl, keys=None if globs else [dotted(k) for k in wanted])
-        differ, absent = live_differences(wanted, running)
+        differ, absent = live_differences(wanted, running, exact=exact)
         if absent:
             missing = ", ".join(absent)
             logger.warning(
                 f"sysctl baseline: not in the running kernel (module not loaded?): {missing}"
             )
             notes.append(f"not in the running kernel: {missing}")
-        if differ:
+        if differ and any("*" in key for key in differ):
             yield StringCommand("sysctl", "-p", QuoteString(path))
+            changed = True
+        elif differ:
+            # Only these: `sysctl -p` of the drop-in would also set a key that runs higher.
+            settings = (QuoteString(f"{dotted(key)}={wanted[key]}") for key in differ)
+            yield StringCommand("sysctl", "-w", *settings)
             changed = True
 
     if not changed:
@@ -285,14 +301,16 @@ def find_shadows(
     wanted: Mapping[str, str],
     assignments: Iterable[Assignment],
     files: Iterable[str] = (),
+    *,
+    exact: bool = False,
 ) -> list[Assignment]:
     """The assignments that undo a wanted value at boot, in the order they are read.
 
-    A key is shadowed when the last value set for it, in files read after ``path``, differs
-    from the wanted one; every such assignment with another value is listed (removing only
-    the last would let the one before it win). Files read before ``path`` lose to it; a file
-    with the same name as ``path`` in a more important directory hides ``path`` itself, and
-    then every value read counts. ``files`` are the other configuration files known
+    A key is shadowed when the last value set for it, in files read after ``path``, falls
+    short of the wanted one (:func:`satisfies`); every such assignment short of it is listed
+    (removing only the last would let the one before it win). Files read before ``path`` lose
+    to it; a file with the same name as ``path`` in a more important directory hides ``path``
+    itself, and then every value read counts. ``files`` are the other configuration files known
     (:class:`~gpuaudit.facts.sysctl.SysctlConfFiles`): one that sets no wanted key still
     hides a file of its name in a less important directory, whose values then are not read.
     """
@@ -306,11 +324,53 @@ def find_shadows(
     )
     shadows: list[Assignment] = []
     for key, value in wanted.items():
-        want, target = _norm(value), proc_path(key)
+        target = proc_path(key)
         sets = [a for a in later if proc_path(a[1]) == target]
-        if sets and _norm(sets[-1][2]) != want:
-            shadows += [a for a in sets if _norm(a[2]) != want]
+        if sets and not satisfies(sets[-1][2], value, exact=exact):
+            shadows += [a for a in sets if not satisfies(a[2], value, exact=exact)]
     return sorted(shadows, key=lambda a: rank[a[0]])
+
+
+def kept_values(
+    path: str,
+    wanted: Mapping[str, str],
+    assignments: Iterable[Assignment],
+    files: Iterable[str] = (),
+) -> dict[str, str]:
+    """``wanted``, each number raised to the value that files read before ``path`` leave for
+    its key where that is higher: ``path`` wins over them at boot, and a minimum must not
+    lower what the host booted with. A glob key, and a text value, is kept as it is."""
+    assignments = list(assignments)
+    order = load_order([path, *files, *(file for file, _, _ in assignments)])
+    if path not in order:
+        return dict(wanted)  # hidden: it sets nothing at boot
+    rank = {file: index for index, file in enumerate(order)}
+    earlier = sorted(
+        (a for a in assignments if rank.get(a[0], len(order)) < rank[path]),
+        key=lambda a: rank[a[0]],
+    )
+    kept = dict(wanted)
+    for key, value in wanted.items():
+        target = proc_path(key)
+        sets = [a[2] for a in earlier if proc_path(a[1]) == target]
+        boot, want = (_number(sets[-1]) if sets else None), _number(value)
+        if "*" not in key and boot is not None and want is not None and boot > want:
+            kept[key] = str(boot)
+    return kept
+
+
+def satisfies(actual: Any, wanted: str, *, exact: bool = False) -> bool:
+    """Whether a value (a file's text, or a running value) holds the wanted one: the same
+    text (spaces aside), or, unless ``exact``, a number at least the wanted number."""
+    if _norm(actual) == _norm(wanted):
+        return True
+    have, want = _number(actual), _number(wanted)
+    return not exact and have is not None and want is not None and have >= want
+
+
+def _number(value: Any) -> int | None:
+    text = _norm(value)
+    return int(text) if _INTEGER.fullmatch(text) else None
 
 
 def comment_out(file: str, keys: Iterable[str]) -> StringCommand:
@@ -354,15 +414,16 @@ def _key_for(wanted: Mapping[str, str], spelling: str) -> str:
 
 
 def live_differences(
-    wanted: Mapping[str, str], running: Mapping[str, Any]
+    wanted: Mapping[str, str], running: Mapping[str, Any], *, exact: bool = False
 ) -> tuple[list[str], list[str]]:
-    """(keys whose running value differs, keys the running kernel does not have).
+    """(keys whose running value falls short of the wanted one (:func:`satisfies`), keys the
+    running kernel does not have).
 
     ``running`` is pyinfra's ``Sysctl`` fact (``{"net.core.rmem_max": 212992, "net.ipv4.
     tcp_rmem": [4096, 131072, 6291456]}``). A glob key is compared with every running key it
     matches that is not also wanted by name; a key with a leading ``-`` may be missing.
     """
-    values = {proc_path(key): _norm(value) for key, value in running.items()}
+    values = {proc_path(key): value for key, value in running.items()}
     named = {proc_path(key) for key in wanted if "*" not in key}
     differ: list[str] = []
     absent: list[str] = []
@@ -376,7 +437,7 @@ def live_differences(
         if not matched:
             if not key.startswith("-"):
                 absent.append(key)
-        elif any(values[p] != _norm(value) for p in matched):
+        elif not all(satisfies(values[p], value, exact=exact) for p in matched):
             differ.append(key)
     return differ, absent
 

@@ -43,8 +43,9 @@ def _as_int(raw: str | None) -> int | None:
     remediation=(
         "Run gpuaudit.operations.sysctl.baseline (deploys/remediate.py): it writes the site's "
         "sysctl_baseline as one drop-in file, /etc/sysctl.d/90-gpuaudit.conf (e.g. "
-        "`net.core.rmem_max = 134217728`), replaced whole, applies it with `sysctl -p` and "
-        "reports any later drop-in or /etc/sysctl.conf line that shadows a value."
+        "`net.core.rmem_max = 134217728`), replaced whole, sets the running values below it "
+        "(never lowering a higher one) and reports any later drop-in or /etc/sysctl.conf line "
+        "that sets a value below it."
     ),
     operation="gpuaudit.operations.sysctl.baseline",
     references=(
