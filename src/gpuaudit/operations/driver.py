@@ -20,6 +20,7 @@ from pyinfra import host
 from pyinfra.api import FileUploadCommand, QuoteString, StringCommand, operation
 from pyinfra.api.exceptions import OperationValueError
 from pyinfra.facts.deb import DebPackages
+from pyinfra.facts.files import File
 from pyinfra.facts.rpm import RpmPackages
 from pyinfra.facts.server import Which
 
@@ -40,6 +41,7 @@ from gpuaudit.operations.plan import refusal
 from gpuaudit.operations.settings import host_settings
 
 DEFAULT_PIN_FILE = "/etc/apt/preferences.d/gpuaudit-nvidia-driver"
+PIN_FILE_MODE = "644"  # apt, run by any user, must read the pin file
 # Packages that must move with the driver beyond the policy's patterns: every user-space
 # library (libnvidia-nscq-* included; the container toolkit's libnvidia-container* has its own
 # versions and is no part of the driver), fabric manager (Debian nvidia-fabricmanager-*, RPM
@@ -194,17 +196,26 @@ def _pin_apt(version: str | None, regexes: list[re.Pattern[str]], pin_file: str)
         return
     content = render_apt_preferences(apt_pin_versions(packages, version))
     rewrite = host.get_fact(AptPinFile, path=pin_file) != content
+    # Uploads land with the mode of a private temporary file; apt run by any user must read
+    # the pin, or it silently ignores it. A pin file of the right text can have lost its mode
+    # too (a hand-made copy, a restrictive umask): it is set again on its own.
+    chmod = rewrite or _mode_of(pin_file) != PIN_FILE_MODE
     if rewrite:
         yield FileUploadCommand(StringIO(content), pin_file)
-        # Uploads land with the mode of a private temporary file; apt run by any user must
-        # read the pin, or it silently ignores it.
-        yield StringCommand("chmod", "644", QuoteString(pin_file))
+    if chmod:
+        yield StringCommand("chmod", PIN_FILE_MODE, QuoteString(pin_file))
     holds: list[str] = host.get_fact(AptHolds)
     unheld = [name for name in packages if name not in holds]
     if unheld:
         yield StringCommand("apt-mark", "hold", *(QuoteString(name) for name in unheld))
-    elif not rewrite:
+    elif not chmod:
         host.noop(f"driver packages already pinned and held: {', '.join(packages)}")
+
+
+def _mode_of(path: str) -> str | None:
+    """The file's permission bits as pyinfra's File fact gives them (``644``), or None."""
+    info = host.get_fact(File, path=path)
+    return str(info.get("mode")) if isinstance(info, dict) else None
 
 
 def _unpin_apt(regexes: list[re.Pattern[str]], pin_file: str) -> Commands:
