@@ -256,3 +256,48 @@ def test_xid_on_a_gpu_nvidia_smi_no_longer_lists_points_at_the_bus(make_host, fi
     )
     (unknown,) = findings("GA301", make_host(xid_events=(event,)))
     assert f"PCI {gone} (no GPU with that bus id)" in unknown.message
+
+
+# --- GA313: the boot before this one ---------------------------------------------------------
+
+
+def test_previous_boot_xid_is_one_step_milder_and_says_the_host_rebooted(make_host, findings):
+    events = (xid(79, ts="Nov 29 11:28:11", msg="GPU has fallen off the bus."), xid(48, gpu=1))
+    result = findings("GA313", make_host(previous_boot_xid_events=events))
+    by_code = {f.evidence.actual["code"]: f for f in result}
+    assert sorted(by_code) == [48, 79]
+    assert by_code[79].severity is Severity.HIGH  # GA301: critical
+    assert by_code[48].severity is Severity.MEDIUM  # GA301: high
+    assert by_code[79].evidence.actual["boot"] == "previous"
+    assert by_code[79].evidence.actual["in_this_boot"] == 0
+    assert "in the boot before this one, at Nov 29 11:28:11" in by_code[79].message
+    assert "rebooted since" in by_code[79].message
+    assert findings("GA301", make_host(previous_boot_xid_events=events)) == []
+
+
+def test_previous_boot_xid_that_came_back_keeps_its_severity(make_host, findings):
+    host = make_host(previous_boot_xid_events=(xid(79),), xid_events=(xid(79), xid(79)))
+    (f,) = findings("GA313", host)
+    assert f.severity is Severity.CRITICAL
+    assert f.evidence.actual["in_this_boot"] == 2
+    assert "came back after the reboot: ×2 in this boot's log too" in f.message
+
+
+def test_previous_boot_application_and_informational_codes_are_left_out(make_host, findings):
+    host = make_host(previous_boot_xid_events=(xid(13), xid(31), xid(43), xid(94)))
+    assert findings("GA313", host) == []
+
+
+def test_previous_boot_follows_the_site_overrides(make_host, findings):
+    policy = {"xid_overrides": {"63": {"action": "RESET_GPU", "reason": "drain on any remap"}}}
+    host = make_host(previous_boot_xid_events=(xid(63),))
+    assert findings("GA313", host) == []
+    (f,) = findings("GA313", host, policy=policy)
+    assert f.severity is Severity.MEDIUM
+    assert "Site policy overrides this code: drain on any remap." in f.message
+
+
+def test_previous_boot_log_cut_short_is_noted(make_host, findings):
+    host = make_host(previous_boot_xid_events=(xid(79),), previous_boot_log_truncated=True)
+    (f,) = findings("GA313", host)
+    assert "previous boot's log was cut to its newest lines" in f.message

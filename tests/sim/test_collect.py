@@ -249,3 +249,58 @@ def test_collector_without_its_comment_lines_collects_the_same(
     )  # fmt: skip
     assert first == second
     assert "NVRM: Xid" in first["kernel_log"] and "<nvidia_smi_log>" in first["nvidia_smi_xml"]
+
+
+def test_xids_of_the_boot_before_a_reboot_are_read_from_the_journal(
+    make_host: Callable[..., SimHost],
+) -> None:
+    """A GPU fell off the bus and the host was rebooted to bring it back: this boot's log is
+    clean, and the XID is read from the journal's previous boot (GA313), one step milder."""
+    from gpuaudit.assemble.build import build_snapshot
+    from gpuaudit.rules import evaluate
+    from gpuaudit.sim.profiles import get_profile
+
+    host = make_host("rebooted", get_profile("a100-hgx-05"))
+    before = build_snapshot("rebooted", collect(host))
+    assert 79 in {e.code for e in before.xid_events}
+    assert before.previous_boot_xid_events == ()
+    assert before.sections["kernel_log_previous"].rc == 0
+    assert not [f for f in evaluate([before]) if f.rule == "GA313"]
+
+    done = run_on(host, "reboot")
+    assert done.returncode == 0, done.stderr
+    bundle = collect(host)
+    section = bundle.sections["kernel_log_previous"]
+    assert "source=journalctl boot=-1 lines=" in section.stderr
+    assert "rebooted kernel: NVRM: Xid (PCI:0000:90:00): 79," in section.stdout
+    snap = build_snapshot("rebooted", bundle)
+    assert not [e for e in snap.xid_events if e.kind == "xid"]
+    assert {(e.code, e.gpu_index) for e in snap.previous_boot_xid_events} >= {(79, 5)}
+    findings = [f for f in evaluate([snap]) if f.rule == "GA313"]
+    assert [(f.gpu, f.severity.value) for f in findings] == [(5, "high")]
+    assert "in the boot before this one" in findings[0].message
+    assert "rebooted since" in findings[0].message
+    assert not [f for f in evaluate([snap]) if f.rule in ("GA301", "GA002")]
+
+
+def test_a_journal_without_earlier_boots_leaves_ga313_unjudged(
+    make_host: Callable[..., SimHost],
+) -> None:
+    from gpuaudit.assemble.build import build_snapshot
+    from gpuaudit.rules import assess
+    from gpuaudit.sim.profiles import get_profile
+
+    profile = get_profile("a100-hgx-05")
+    profile["faults"] = {"journal_volatile": {}}
+    host = make_host("volatile", profile)
+    assert run_on(host, "reboot").returncode == 0
+    snap = build_snapshot("volatile", collect(host))
+    section = snap.sections["kernel_log_previous"]
+    assert section.rc == 1
+    assert "No such boot ID in journal" in section.stderr
+    assert snap.previous_boot_xid_events == ()
+    evaluation = assess([snap])
+    assert not [f for f in evaluation.findings if f.rule in ("GA313", "GA002")]
+    (outcome,) = [o for o in evaluation.outcomes if o.rule == "GA313"]
+    assert outcome.outcome.value == "not_evaluated", outcome
+    assert "No such boot ID in journal" in outcome.reason

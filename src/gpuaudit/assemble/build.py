@@ -185,6 +185,8 @@ def _build(
     gpus = nvidia_gpus + tuple(amd_gpus)
 
     events = run("kernel_log", parse_kernel_log) or ()
+    previous = run("kernel_log_previous", parse_kernel_log) or ()
+    previous_log = sections.get("kernel_log_previous")
     klog = sections.get("kernel_log")
     if klog is not None and klog.rc == _MISSING:
         errors["kernel_log"] = first_line(klog.stderr) or "no readable kernel log"
@@ -224,6 +226,8 @@ def _build(
         unnumbered_gpus=unnumbered,
         xid_events=resolve_gpus(events, gpus),
         kernel_log_truncated=bool(klog and klog.truncated),
+        previous_boot_xid_events=resolve_gpus(previous, gpus),
+        previous_boot_log_truncated=bool(previous_log and previous_log.truncated),
         topology=topology,
         mig_gpu_instances=tuple(gpu_instances),
         mig_compute_instances=tuple(compute_instances),

@@ -160,6 +160,34 @@ ga_klog_filter() {
       | cut -c1-2048 >"$GA_TMP/klog"; } 3>&1 \
     | tr -cd '\000' | wc -c >"$GA_TMP/knul"
 }
+# ga_klog_filtered SOURCE: whether the filter read the log (grep exits 1 when no line matches,
+# more when it failed: then nothing was read).
+ga_klog_filtered() {
+  g=$(cat "$GA_TMP/kgrep" 2>/dev/null)
+  if [ "${g:-2}" -gt 1 ]; then
+    echo "the kernel log ($1) could not be filtered: grep exited ${g:-without status}" >&2
+    return "${g:-2}"
+  fi
+}
+# ga_klog_out: the newest KLOG_MAX filtered lines, bounded as a stream is, then the log's
+# stats line ($stats, on stderr) with what was cut.
+ga_klog_out() {
+  k=$(tr -d ' ' <"$GA_TMP/knul")
+  [ "${k:-0}" != 0 ] && stats="$stats nul=$k"
+  tail -n "$KLOG_MAX" "$GA_TMP/klog" >"$GA_TMP/ktail"
+  b=$(wc -c <"$GA_TMP/ktail" | tr -d ' ')
+  lim=$(ga_allowed)
+  if [ "$b" -gt "$lim" ]; then
+    # Long lines, or little of the output's bound left: the newest whole lines that fit. One
+    # byte more is read than fits, and its first line dropped: a partial line where the cut
+    # falls inside one, only the newline before the kept bytes where it falls between two.
+    tail -c "$((lim + 1))" "$GA_TMP/ktail" | tail -n +2
+    stats="$stats bytes=$b max_bytes=$lim"
+  else
+    cat "$GA_TMP/ktail"
+  fi
+  echo "$stats" >&2
+}
 s_kernel_log() {
   src=""
   if ga_has dmesg; then
@@ -171,19 +199,12 @@ s_kernel_log() {
     [ "$(cat "$GA_TMP/krc")" = 0 ] && src=journalctl
   fi
   if [ -z "$src" ]; then echo "no readable kernel log (dmesg, journalctl -k)" >&2; return 127; fi
-  # grep exits 1 when no line matches, more when it failed: then nothing was read.
-  g=$(cat "$GA_TMP/kgrep" 2>/dev/null)
-  if [ "${g:-2}" -gt 1 ]; then
-    echo "the kernel log ($src) could not be filtered: grep exited ${g:-without status}" >&2
-    return "${g:-2}"
-  fi
+  ga_klog_filtered "$src" || return
   n=$(wc -l <"$GA_TMP/klog" | tr -d ' ')
   if [ "$KLOG_MAX" != "${GPUAUDIT_KERNEL_LOG_LINES:-$KLOG_MAX}" ]; then
     echo "GPUAUDIT_KERNEL_LOG_LINES='$GPUAUDIT_KERNEL_LOG_LINES' is not a number of lines: the newest $KLOG_MAX are kept" >&2
   fi
   stats="source=$src lines=$n max=$KLOG_MAX"
-  k=$(tr -d ' ' <"$GA_TMP/knul")
-  [ "${k:-0}" != 0 ] && stats="$stats nul=$k"
   # A ring buffer that has wrapped (a storm of messages filled it, or dmesg -C cleared it) no
   # longer starts with the boot's first line, stamped [    0.000000]: its oldest lines, often
   # the XID that began a storm, are gone. The log is then marked incomplete (ring_start=, the
@@ -198,19 +219,26 @@ s_kernel_log() {
       echo "the kernel ring buffer has wrapped: its oldest line is from ${s}s after boot, the lines before it are lost (journalctl -k -b may still hold them)" >&2
     fi
   fi
-  tail -n "$KLOG_MAX" "$GA_TMP/klog" >"$GA_TMP/ktail"
-  b=$(wc -c <"$GA_TMP/ktail" | tr -d ' ')
-  lim=$(ga_allowed)
-  if [ "$b" -gt "$lim" ]; then
-    # Long lines, or little of the output's bound left: the newest whole lines that fit. One
-    # byte more is read than fits, and its first line dropped: a partial line where the cut
-    # falls inside one, only the newline before the kept bytes where it falls between two.
-    tail -c "$((lim + 1))" "$GA_TMP/ktail" | tail -n +2
-    stats="$stats bytes=$b max_bytes=$lim"
-  else
-    cat "$GA_TMP/ktail"
+  ga_klog_out
+}
+# The boot before this one, where the journal keeps it (a persistent journal, /var/log/journal):
+# the XIDs logged before the last reboot, which the running kernel's log no longer holds. A
+# journal without that boot (kept in memory only, or a first boot) answers with journalctl's
+# own reason and exit status. Bounded in time as a tool is, but never taken for a hung driver.
+s_kernel_log_previous() {
+  ga_has journalctl || ga_missing journalctl || return
+  set -- journalctl -k -b -1 --no-pager
+  ga_has timeout && set -- timeout "$T" "$@"
+  { "$@" 2>"$GA_TMP/jerr"; echo $? >"$GA_TMP/krc"; } | ga_klog_filter
+  r=$(cat "$GA_TMP/krc")
+  if [ "$r" != 0 ]; then
+    head -c 1024 "$GA_TMP/jerr" >&2
+    return "$r"
   fi
-  echo "$stats" >&2
+  ga_klog_filtered "journalctl -b -1" || return
+  n=$(wc -l <"$GA_TMP/klog" | tr -d ' ')
+  stats="source=journalctl boot=-1 lines=$n max=$KLOG_MAX"
+  ga_klog_out
 }
 s_packages() {
   if ga_has dpkg-query; then
@@ -458,6 +486,8 @@ ga_section sysctl s_sysctl
 ga_section services s_services
 ga_section device_nodes s_device_nodes
 ga_section lspci s_lspci
+# After what describes the host as it runs: its bound is what those left.
+ga_section kernel_log_previous s_kernel_log_previous
 ga_section rocm_smi s_rocm
 ga_section amd_smi s_amd_smi
 ga_section monitoring s_monitoring

@@ -24,7 +24,7 @@ from typing import Any
 from gpuaudit.model.decode import DecodeError, FieldProblem, decode, describe_value, join_path
 from gpuaudit.model.jsonable import to_json_text, to_jsonable
 
-SCHEMA_VERSION = "1.2"
+SCHEMA_VERSION = "1.3"
 # What a snapshot must have to be read at all; any other field may be missing or unusable.
 _REQUIRED = ("schema_version", "host", "status", "collected_at")
 # The name of a host whose snapshot gives none that can be used, and no file name stands in.
@@ -607,6 +607,11 @@ class HostSnapshot:
     unnumbered_gpus: tuple[int, ...] = ()
     xid_events: tuple[XidEvent, ...] = ()
     kernel_log_truncated: bool = False
+    # The same events from the boot before this one, as the journal kept it (journalctl -k
+    # -b -1; schema 1.3): what the host logged before its last reboot, which its running
+    # kernel's log (xid_events) no longer holds.
+    previous_boot_xid_events: tuple[XidEvent, ...] = ()
+    previous_boot_log_truncated: bool = False
     topology: Topology | None = None
     mig_gpu_instances: tuple[MigInstance, ...] = ()
     mig_compute_instances: tuple[MigInstance, ...] = ()

@@ -26,7 +26,10 @@ from gpuaudit.parsers.limits import DEFAULT_LIMITS, Cut, OutputLimits, utf8_pref
 
 _HEADER = re.compile(r"^@@gpuaudit-collector (\d+) ([A-Za-z0-9$()+x]+)@@$")
 _CUT = re.compile(r"^(stdout|stderr)=(\d+)/(\d+)$")
-# The collector's own line in the kernel log section's stderr.
+# The kernel logs the collector reads: the running kernel's, and the boot before it as the
+# journal kept it (journalctl -k -b -1).
+KERNEL_LOG_SECTIONS = ("kernel_log", "kernel_log_previous")
+# The collector's own line in a kernel log section's stderr.
 _KLOG_STATS = re.compile(r"lines=(\d+) max=(\d+)")
 _KLOG_BYTES = re.compile(r"\bmax_bytes=\d+")
 _KLOG_NUL = re.compile(r"\bnul=(\d+)")
@@ -176,11 +179,11 @@ class _Reader:
         if cuts:
             notes = "".join(cut.note() + "\n" for cut in cuts)
             stderr += ("\n" if stderr and not stderr.endswith("\n") else "") + notes
-        if name == "kernel_log":
+        if name in KERNEL_LOG_SECTIONS:
             nul = _KLOG_NUL.search(stderr)
             if nul and int(nul.group(1)):
                 self.problems.append(
-                    f"section 'kernel_log': {nul.group(1)} NUL byte(s) removed from the kernel "
+                    f"section {name!r}: {nul.group(1)} NUL byte(s) removed from the kernel "
                     "log before its NVRM / XID lines were read (a damaged log record)"
                 )
         self.sections[name] = Section(
@@ -255,7 +258,7 @@ def _lines(text: str) -> Iterator[str]:
 
 
 def _kernel_log_truncated(name: str, stderr: str) -> bool:
-    if name != "kernel_log":
+    if name not in KERNEL_LOG_SECTIONS:
         return False
     if _KLOG_BYTES.search(stderr) or KLOG_RING_START.search(stderr):
         return True

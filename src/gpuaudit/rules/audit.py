@@ -141,6 +141,11 @@ GPU_TOOL = Need("a GPU tool", _no_gpu_tool)
 TOOL_LIST = section_need("tools", "tool list", lambda s: bool(s.tools))
 PACKAGES = section_need("packages", "package list", lambda s: bool(s.packages))
 KERNEL_LOG = section_need("kernel_log", "kernel log", lambda s: bool(s.xid_events))
+PREVIOUS_BOOT_LOG = section_need(
+    "kernel_log_previous",
+    "kernel log of the previous boot",
+    lambda s: bool(s.previous_boot_xid_events),
+)
 SERVICES = section_need("services", "service list", lambda s: bool(s.services))
 NVLINK = section_need("nvlink_status", "NVLink state", lambda s: s.nvlink is not None)
 SYSCTLS = section_need("sysctl", "sysctl values", lambda s: bool(s.sysctls))

@@ -43,6 +43,10 @@ META_GCM = "https://github.com/facebookresearch/gcm"
 KERNEL_NET_SYSCTL = "https://docs.kernel.org/admin-guide/sysctl/net.html"
 KERNEL_IP_SYSCTL = "https://docs.kernel.org/networking/ip-sysctl.html"
 
+# systemd's journal: where the kernel log of earlier boots is kept (journald.conf Storage=).
+JOURNALCTL = "https://www.freedesktop.org/software/systemd/man/latest/journalctl.html"
+JOURNALD_STORAGE = "https://www.freedesktop.org/software/systemd/man/latest/journald.conf.html"
+
 # gpuaudit's field guide (docs/field-guide/), by page and section.
 _GUIDE = "docs/field-guide/"
 
@@ -51,6 +55,7 @@ GUIDE_XID_INIT_FAILED = _GUIDE + "xid.md#a-gpu-that-did-not-come-up"
 GUIDE_XID_TABLE = _GUIDE + "xid.md#common-xid-codes"
 GUIDE_XID_ACTIONS = _GUIDE + "xid.md#immediate-action-per-code"
 GUIDE_XID_READINGS = _GUIDE + "xid.md#how-other-health-checks-read-xids"
+GUIDE_XID_PREVIOUS_BOOT = _GUIDE + "xid.md#errors-before-the-last-reboot"
 
 GUIDE_ECC = _GUIDE + "gpu-memory-errors.md#correctable-and-uncorrectable-errors"
 GUIDE_ROW_REMAPPING = _GUIDE + "gpu-memory-errors.md#row-remapping"

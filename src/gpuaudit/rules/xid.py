@@ -1,4 +1,5 @@
-"""GA30x: GPU and NVSwitch error events from the kernel log (XID, SXid)."""
+"""GA30x: GPU and NVSwitch error events from the kernel log (XID, SXid), GA313 those of the
+boot before this one."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from typing import Any
 from gpuaudit.model.snapshot import HostSnapshot, XidEvent
 from gpuaudit.parsers.bundle import KLOG_RING_START
 from gpuaudit.rules import refs
-from gpuaudit.rules.audit import KERNEL_LOG
+from gpuaudit.rules.audit import KERNEL_LOG, PREVIOUS_BOOT_LOG
 from gpuaudit.rules.base import Evidence, Finding, Owner, Rule, RuleContext, Severity, rule
 from gpuaudit.rules.xid_catalog import (
     ACTION_SCORE,
@@ -230,6 +231,117 @@ def init_failures(rule: Rule, snap: HostSnapshot, ctx: RuleContext) -> Iterable[
             f"{_when(events)}.",
             evidence,
             gpu=where[1] if where[0] == "gpu" else None,
+        )
+
+
+# The catalogue's actions that say the application, not the GPU, faulted, or that need nothing:
+# spent once the host rebooted, so GA313 leaves them out.
+_SPENT_BY_A_REBOOT = (XidAction.RESTART_APP, XidAction.IGNORE)
+# One step down the severities: the reboot was the recovery most codes ask for.
+_ONE_STEP_DOWN = {
+    Severity.CRITICAL: Severity.HIGH,
+    Severity.HIGH: Severity.MEDIUM,
+    Severity.MEDIUM: Severity.LOW,
+    Severity.LOW: Severity.LOW,
+    Severity.INFO: Severity.INFO,
+}
+
+
+@rule(
+    "GA313",
+    "XID errors before the last reboot",
+    category="health",
+    needs=(PREVIOUS_BOOT_LOG,),
+    owner=Owner.INFRA,
+    severity=Severity.MEDIUM,
+    likelihood=3,
+    impact=4,
+    remediation=(
+        "Check that the GPU the XID names is listed and healthy in this boot (GA101, GA303 – "
+        "GA307); keep the host under watch, and drain it and open a case with the vendor when "
+        "the code comes back after the reboot."
+    ),
+    references=(
+        refs.XID_CATALOG,
+        refs.GUIDE_XID_PREVIOUS_BOOT,
+        refs.GUIDE_XID_ACTIONS,
+        refs.GUIDE_INCIDENT,
+        refs.JOURNALCTL,
+        refs.JOURNALD_STORAGE,
+    ),
+)
+def previous_boot_xids(rule: Rule, snap: HostSnapshot, ctx: RuleContext) -> Iterable[Finding]:
+    """XID events of the boot before this one, which the running kernel's log no longer holds.
+
+    Checks: the kernel log of the previous boot as the journal kept it (``journalctl -k -b
+    -1``), grouped into one finding per (GPU, code) and classified by NVIDIA's catalogue, the
+    site's ``xid_overrides`` included, as GA301 does. Codes the catalogue reads as the
+    application's fault or as informational (RESTART_APP, IGNORE) are left out: the reboot
+    ended them.
+    Why: a reboot empties the kernel's log. A GPU that fell off the bus (XID 79) or reported
+    an uncorrectable memory error (XID 48, 95) and was rebooted to bring it back reads as
+    clean in this boot's log, and the fault that took the node down is lost to an audit that
+    reads only that log.
+    Severity: one step below GA301's for the same code (critical becomes high, high medium):
+    the reboot was the recovery most of these codes ask for. Where the same code is in this
+    boot's log on the same GPU too, it came back after the reboot and keeps GA301's severity.
+    A host whose journal keeps no earlier boot (``Storage=volatile``, or no /var/log/journal
+    with ``Storage=auto``) is not judged, and its outcome says why.
+    Evidence: the raw kernel-log lines (first and last), count, timestamps, PCI bus id.
+    Remediation: check that the GPU is back and healthy now, keep the host under watch, drain
+    it and ask the vendor when the code recurs.
+    """
+    overrides = _overrides(ctx.settings_for(snap).get("xid_overrides") or {})
+    kinds = ("xid", "fallen_off_bus")
+    groups = _group(snap, (e for e in snap.previous_boot_xid_events if e.kind in kinds))
+    now = _group(snap, (e for e in snap.xid_events if e.kind in kinds))
+    codes_at: dict[Where, set[int]] = {}
+    for where, code in groups:
+        codes_at.setdefault(where, set()).add(code)
+    cut = (
+        " The previous boot's log was cut to its newest lines: counts are lower bounds."
+        if snap.previous_boot_log_truncated
+        else ""
+    )
+    for (where, code), events in groups.items():
+        entry = lookup(code)
+        verdict = _apply_override(
+            _verdict(entry, events, codes_at[where] - {code}), overrides.get(entry.code)
+        )
+        if verdict.action in _SPENT_BY_A_REBOOT:
+            continue
+        gpu = where[1] if where[0] == "gpu" else None
+        place = f"GPU {gpu}" if gpu is not None else _unlisted_place(snap, where[1])
+        again = now.get((where, code), [])
+        label = entry.label if code >= 0 else "XID with an unreadable code"
+        parts = [f"{label} ×{len(events)} on {place} in the boot before this one{_when(events)}."]
+        if again:
+            parts.append(
+                f"It came back after the reboot: ×{len(again)} in this boot's log too (GA301)."
+            )
+            severity = verdict.severity
+        else:
+            parts.append("This boot's log does not show it: the host was rebooted since.")
+            severity = _ONE_STEP_DOWN[verdict.severity]
+        parts.append(f"NVIDIA: {verdict.action.value} — {verdict.step}.")
+        if verdict.note:
+            parts.append(verdict.note)
+        likelihood, impact = ACTION_SCORE[verdict.action]
+        yield rule.finding(
+            snap,
+            " ".join(parts) + cut,
+            _events_evidence(
+                code,
+                events,
+                "no XID events in the previous boot",
+                nvidia_action=entry.action.value,
+                boot="previous",
+                in_this_boot=len(again),
+            ),
+            gpu=gpu,
+            severity=severity,
+            likelihood=likelihood,
+            impact=impact,
         )
 
 

@@ -25,7 +25,8 @@ if TYPE_CHECKING:
 
 PROFILE_KEYS = {
     "description", "vendor", "gpu_model", "xml", "gpu_count", "bus_ids", "driver", "cuda",
-    "topology", "nvswitches", "dcgm", "gpu", "gpus", "kernel_log", "services", "packages_held",
+    "topology", "nvswitches", "dcgm", "gpu", "gpus", "kernel_log", "previous_kernel_log",
+    "services", "packages_held",
     "sysctls", "device_nodes", "faults", "os", "kernel", "rocm_json", "hostname", "groups",
     "lspci", "nvlink", "repository", "xml_values", "slurm", "dcgm_exporter", "dcgm_diag",
 }  # fmt: skip
@@ -111,6 +112,10 @@ def build_state(name: str, profile: dict[str, Any]) -> State:
     state["repository"] = _build_repository(profile, state)
     state["device_nodes"] = _build_device_nodes(profile, state)
     state["kernel_log"] = _build_kernel_log(name, profile, state)
+    # The boot before this one, as a persistent journal keeps it (journalctl -k -b -1).
+    if "journal_volatile" not in faults:
+        specs = profile.get("previous_kernel_log", [])
+        state["previous_kernel_log"] = _kernel_log_lines(name, specs, state)
     if "slurm" in profile:
         from gpuaudit.sim.slurm import build_slurm
 
@@ -424,13 +429,19 @@ def _build_device_nodes(profile: dict[str, Any], state: State) -> dict[str, Any]
 
 def _build_kernel_log(name: str, profile: dict[str, Any], state: State) -> list[str]:
     gpus = state.get("nvidia", {}).get("gpus", [])
-    lines: list[str] = []
     specs = list(profile.get("kernel_log", []))
     faults = state["faults"]
     # A huge log needs XIDs to sprinkle: a host with no log of its own gets the storm's.
     if "xid_storm" in faults or ("huge_kernel_log" in faults and not specs and gpus):
         gpu = int((faults.get("xid_storm") or {}).get("gpu", 0))
         specs.append({"fixture": _XID_STORM_FIXTURE, "gpus": [gpu]})
+    return _kernel_log_lines(name, specs, state)
+
+
+def _kernel_log_lines(name: str, specs: list[dict[str, Any]], state: State) -> list[str]:
+    """Kernel-log lines from captured logs, each rewritten to name this host's GPUs."""
+    gpus = state.get("nvidia", {}).get("gpus", [])
+    lines: list[str] = []
     for spec in specs:
         _check_keys("kernel_log entry", spec, KERNEL_LOG_KEYS)
         captured = read_fixture("kernel-log", spec["fixture"]).splitlines()

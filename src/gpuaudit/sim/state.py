@@ -18,6 +18,9 @@ Shape (``build.build_state`` writes it from a profile; unknown profile keys are 
   listing lacks, ``add``: bus ids of GPUs only it shows}
 - ``amd``: ``rocm_json`` (packaged rocm-smi fixture), ``bus_ids``
 - ``kernel_log``: the kernel ring buffer, oldest line first
+- ``previous_kernel_log``: the kernel log of the boot before this one, as a persistent journal
+  keeps it (``journalctl -k -b -1``), and ``previous_boot_time`` when that boot began; absent
+  where the journal holds no earlier boot (fault ``journal_volatile``)
 - ``services``: unit → {active, enabled}; a unit absent here is not installed
 - ``packages``: [{name, version, arch}], ``holds``: [name]
 - ``sysctls``: key → value, ``device_nodes``: node name → {mode, owner, group}
@@ -78,6 +81,8 @@ FAULTS: dict[str, str] = {
     "ring_wrapped": "the kernel ring buffer has wrapped: dmesg no longer prints the boot's "
     "first line ([    0.000000] Linux version ...), only the host's kernel-log lines",
     "dmesg_restricted": "kernel.dmesg_restrict=1: dmesg is refused, journalctl -k still works",
+    "journal_volatile": "the journal is kept in memory only (journald Storage=volatile): "
+    "journalctl -k -b -1 finds no earlier boot, and a reboot loses the kernel log",
     "nvidia_drm_loaded": "the nvidia_drm kernel module is loaded: it holds every GPU, so a GPU "
     'reset fails with "In use by another client" and an Ampere MIG mode change (which needs '
     "a reset) stays pending; /proc/modules lists the module, and the display stack holds it, so "
@@ -275,9 +280,10 @@ def reboot(state: State) -> None:
     """What a reboot changes on a real host: the installed driver becomes the loaded one, every
     GPU is reset (a GPU fallen off the bus usually comes back: NVIDIA's XID 79 action is a
     reboot), every process ends, enabled services start, disabled ones stay down, and the
-    kernel log starts empty. An Ampere GPU keeps its MIG mode (a status bit in the InfoROM, so
-    a pending change takes effect); later generations keep it only while the driver is loaded,
-    and come back with MIG disabled (NVIDIA MIG user guide, "GPU Reset on Hopper+ GPUs")."""
+    kernel log starts empty (a persistent journal keeps the old one as the previous boot's). An
+    Ampere GPU keeps its MIG mode (a status bit in the InfoROM, so a pending change takes
+    effect); later generations keep it only while the driver is loaded, and come back with MIG
+    disabled (NVIDIA MIG user guide, "GPU Reset on Hopper+ GPUs")."""
     nvidia = state.get("nvidia")
     if nvidia:
         driver = nvidia["driver"]
@@ -294,6 +300,9 @@ def reboot(state: State) -> None:
     for unit in state.get("services", {}).values():
         unit["active"] = "active" if unit.get("enabled") == "enabled" else "inactive"
     sync_persistence(state)
+    if "journal_volatile" not in state.get("faults", {}):
+        state["previous_kernel_log"] = state.get("kernel_log", [])
+        state["previous_boot_time"] = state.get("boot_time")
     state["kernel_log"] = []
     record_event(state, "reboot")
 

@@ -76,14 +76,45 @@ def run_dmesg(argv: list[str], state_path: Path) -> int:
 def run_journalctl(argv: list[str], state_path: Path) -> int:
     if not ({"-k", "--dmesg"} & set(argv)):
         return _refuse("journalctl", "a journal query other than -k")
+    boot = _journal_boot(argv)
+    if boot is None:
+        return _refuse("journalctl", "a boot other than 0 or -1")
     state = load_state(state_path)
     # One fixed stamp: the captures' own times are in formats journalctl does not print.
     from gpuaudit.sim.rootfs import boot_time
 
-    stamp = time.strftime("%b %d %H:%M:%S", time.gmtime(boot_time(state)))
-    for line in state.get("kernel_log", []):
+    started = boot_time(state)
+    lines = state.get("kernel_log", [])
+    if boot == "-1":
+        lines = state.get("previous_kernel_log")
+        if lines is None or has_fault(state, "journal_volatile"):
+            # systemd 252's words where the journal holds no earlier boot.
+            print(
+                "Data from the specified boot (-1) is not available: No such boot ID in journal",
+                file=sys.stderr,
+            )
+            return 1
+        started = int(state.get("previous_boot_time") or started - 86400)
+    stamp = time.strftime("%b %d %H:%M:%S", time.gmtime(started))
+    for line in lines:
         print(f"{stamp} {state['hostname']} kernel: {_KLOG_PREFIX.sub('', line, count=1)}")
     return 0
+
+
+def _journal_boot(argv: list[str]) -> str | None:
+    """The boot ``-b`` / ``--boot`` asks for: "0" (the current one, also when not given) or
+    "-1"; None for any other."""
+    boot = "0"
+    for i, arg in enumerate(argv):
+        if arg in ("-b", "--boot"):
+            following = argv[i + 1] if i + 1 < len(argv) else ""
+            boot = following if following.lstrip("-").isdigit() else "0"
+        elif arg.startswith("--boot="):
+            boot = arg.partition("=")[2]
+        elif arg.startswith("-b") and arg[2:].lstrip("-").isdigit():
+            boot = arg[2:]
+    boot = "0" if boot in ("", "0", "-0") else boot
+    return boot if boot in ("0", "-1") else None
 
 
 def _unit(name: str) -> str:
