@@ -21,9 +21,9 @@ CASES = sorted(HERE.glob("*/*.json"))
 
 EXPECTED_SECTIONS = {
     "meta", "tools", "os_release", "nvidia_smi_xml", "nvidia_topo", "mig_gi", "mig_ci",
-    "driver_proc", "kernel_log", "packages", "package_holds", "sysctl", "services",
-    "device_nodes", "lspci", "rocm_smi", "amd_smi", "nvml", "nvlink_status", "nvlink_errors",
-    "monitoring",
+    "driver_proc", "kernel_log", "kernel_log_previous", "packages", "package_holds", "sysctl",
+    "services", "device_nodes", "lspci", "rocm_smi", "amd_smi", "nvml", "nvlink_status",
+    "nvlink_errors", "monitoring",
 }  # fmt: skip
 # Asked for only where Slurm is installed (this machine has it for the Slurm tests).
 SLURM_SECTIONS = {"slurm_node", "slurm_conf", "slurm_gres_conf", "slurmd_conf", "slurmd_gres"}
