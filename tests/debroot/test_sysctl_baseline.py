@@ -7,6 +7,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+import pytest
+
 from gpuaudit.operations.sysctl import render
 
 VALUES = {"vm.swappiness": 13, "net.core.rmem_max": 134217728}
@@ -62,42 +64,41 @@ def test_baseline_writes_the_dropin_in_the_root_only(debroot) -> None:
     assert not any((debroot.path / "proc").iterdir())
 
 
-def test_fix_shadows_comments_out_a_later_file_in_the_root(debroot) -> None:
-    # A number in the baseline is a minimum: the later file's rmem_max below it undoes the
-    # drop-in at boot and is commented out; its swappiness above the baseline's is kept.
+@pytest.mark.parametrize(
+    ("options", "before_text", "after_text"),
+    [
+        # A number in the baseline is a minimum: the later file's rmem_max below it undoes
+        # the drop-in at boot and is commented out; its swappiness above the baseline's is kept.
+        pytest.param(
+            "",
+            "# site tuning\nvm.swappiness = 60\nnet.core.rmem_max = 212992\n"
+            "kernel.pid_max = 4194304\n",
+            "# site tuning\nvm.swappiness = 60\n# gpuaudit: net.core.rmem_max = 212992\n"
+            "kernel.pid_max = 4194304\n",
+            id="minimum",
+        ),
+        # exact=True holds the numbers exactly: any other value is a shadow.
+        pytest.param(
+            ", exact=True",
+            "# site tuning\nvm.swappiness = 60\nkernel.pid_max = 4194304\n",
+            "# site tuning\n# gpuaudit: vm.swappiness = 60\nkernel.pid_max = 4194304\n",
+            id="exact",
+        ),
+    ],
+)
+def test_fix_shadows_comments_out_a_later_file_in_the_root(
+    debroot, options: str, before_text: str, after_text: str
+) -> None:
     before = controller_sysctl()
     override = debroot.path / "etc" / "sysctl.d" / "99-site.conf"
-    override.write_text(
-        "# site tuning\nvm.swappiness = 60\nnet.core.rmem_max = 212992\nkernel.pid_max = 4194304\n"
-    )
-    deploy = DEPLOY.replace("apply=False", "apply=False, fix_shadows=True")
+    override.write_text(before_text)
+    deploy = DEPLOY.replace("apply=False", f"apply=False, fix_shadows=True{options}")
 
     first = debroot.pyinfra(deploy)
     assert first.returncode == 0, first.output
     assert first.changed("Keep the sysctl baseline")
-    assert override.read_text() == (
-        "# site tuning\nvm.swappiness = 60\n# gpuaudit: net.core.rmem_max = 212992\n"
-        "kernel.pid_max = 4194304\n"
-    )
+    assert override.read_text() == after_text
 
-    second = debroot.pyinfra(deploy)
-    assert second.returncode == 0, second.output
-    assert not second.changed("Keep the sysctl baseline"), second.output
-    assert controller_sysctl() == before
-
-
-def test_exact_comments_out_a_later_higher_value_in_the_root(debroot) -> None:
-    before = controller_sysctl()
-    override = debroot.path / "etc" / "sysctl.d" / "99-site.conf"
-    override.write_text("# site tuning\nvm.swappiness = 60\nkernel.pid_max = 4194304\n")
-    deploy = DEPLOY.replace("apply=False", "apply=False, fix_shadows=True, exact=True")
-
-    first = debroot.pyinfra(deploy)
-    assert first.returncode == 0, first.output
-    assert first.changed("Keep the sysctl baseline")
-    assert override.read_text() == (
-        "# site tuning\n# gpuaudit: vm.swappiness = 60\nkernel.pid_max = 4194304\n"
-    )
     second = debroot.pyinfra(deploy)
     assert second.returncode == 0, second.output
     assert not second.changed("Keep the sysctl baseline"), second.output
