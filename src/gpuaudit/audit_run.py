@@ -16,17 +16,14 @@ import os
 import signal
 import subprocess
 import sys
-import unicodedata
+import tempfile
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
 
 from gpuaudit.report.run import RunDir, RunEnd, new_run_dir, os_error_text
-
-if TYPE_CHECKING:
-    from gpuaudit.report.register_types import Register
+from gpuaudit.report.verdict import VERDICT_ENV, AuditVerdict, count_of, taken_over
 
 SEVERITIES = ("critical", "high", "medium", "low", "info")
 # pyinfra's options that take a value (pyinfra_cli.cli): `gpuaudit audit` passes every option
@@ -79,7 +76,6 @@ _STOP_GRACE_S = 5
 # pyinfra's exit status for a command line it does not take (click's usage error).
 _PYINFRA_USAGE = 2
 _CLOSE_TIMEOUT_S = {True: 120, False: 900}
-_TOP_RISKS = 5
 
 
 class _Stopped(Exception):
@@ -276,15 +272,19 @@ def cmd_audit(args: argparse.Namespace) -> int:
     env.pop("GPUAUDIT_FAIL_ON", None)
     if args.fail_on:
         env["GPUAUDIT_FAIL_ON"] = args.fail_on
-    audit = AuditRun(run, _pyinfra_argv(args), env, shards=args.shards)
-    with _stop_on_signals():
-        try:
-            end = audit.audit()
-        except _Stopped as stop:
-            end = RunEnd(signal=str(stop))
-        if end is not None:
-            audit.close(end)
-    return _audit_result(run, end, args.fail_on)
+    # The process that writes the register leaves its verdict here (verdict.py).
+    with tempfile.TemporaryDirectory(prefix="gpuaudit-") as private:
+        handed = Path(private, "verdict.json")
+        env[VERDICT_ENV] = str(handed)
+        audit = AuditRun(run, _pyinfra_argv(args), env, shards=args.shards)
+        with _stop_on_signals():
+            try:
+                end = audit.audit()
+            except _Stopped as stop:
+                end = RunEnd(signal=str(stop))
+            if end is not None:
+                audit.close(end)
+        return _audit_result(run, end, args.fail_on, handed)
 
 
 def _policy_usable(path: str) -> bool:
@@ -318,12 +318,15 @@ def _kube_nodes_text(args: argparse.Namespace) -> str | bool | None:
 def _store_kube_view(args: argparse.Namespace, run: RunDir, text: str | bool | None) -> bool:
     """Keep the run's Kubernetes view (kubeview.py) before pyinfra starts: the file given, or
     what ``kubectl get nodes -o json`` printed, or why kubectl failed (the audit goes on)."""
+    asked = getattr(args, "kubeconfig", None) or getattr(args, "kube_context", None)
+    if not isinstance(text, str) and not asked:
+        return True  # no view asked for: the Kubernetes code is not even loaded
     from gpuaudit.kubeview import read_kubectl, store
 
     try:
         if isinstance(text, str):
             store(run.path, text=text, source=f"file {Path(args.kube_nodes).resolve()}")
-        elif getattr(args, "kubeconfig", None) or getattr(args, "kube_context", None):
+        else:
             output, command, error = read_kubectl(args.kubeconfig, args.kube_context)
             if error is not None:
                 print(f"gpuaudit: Kubernetes view not read: {error}", file=sys.stderr)
@@ -334,15 +337,16 @@ def _store_kube_view(args: argparse.Namespace, run: RunDir, text: str | bool | N
     return True
 
 
-def _audit_result(run: RunDir, end: RunEnd | None, fail_on: str | None) -> int:
+def _audit_result(
+    run: RunDir, end: RunEnd | None, fail_on: str | None, handed: Path | None = None
+) -> int:
     """Say how the audit went and give its exit status.
 
     pyinfra exits 1 whenever a host failed; for an audit that is a finding, so the status comes
     from the register: 0, or 1 where no host could be audited or --fail-on risks are open;
-    2 when there is no register; 128 + the signal after an interruption.
+    2 when there is no register; 128 + the signal after an interruption. ``handed``: where the
+    process that wrote the register left its verdict (verdict.py), read instead of the register.
     """
-    from gpuaudit.model.snapshot import HostStatus
-
     interrupted = 128 + signal.Signals[end.signal] if end and end.signal else None
     if not run.register_path.exists():
         removed = run.discard_if_empty()
@@ -354,76 +358,16 @@ def _audit_result(run: RunDir, end: RunEnd | None, fail_on: str | None) -> int:
         )
         print(f"gpuaudit: no register was written ({said}see above); {where}", file=sys.stderr)
         return interrupted or 2
-    register = run.load_register(outcomes=False)  # what the summary and the gate read
-    print_summary(register, run)
-    hosts = register.hosts
+    verdict = taken_over(handed, run.register_path) if handed else None
+    if verdict is None:  # what the summary and the gate read, without the hosts' outcomes
+        verdict = AuditVerdict.of(run.load_register(outcomes=False))
+    verdict.print_summary(run.html_path, run.register_path)
     if interrupted:
-        not_audited = sum(1 for h in hosts if h.status == HostStatus.NOT_AUDITED.value)
         print(
-            f"gpuaudit: {end}: the register holds what was collected, {not_audited} of "
-            f"{count_of(len(hosts), 'host')} not audited; rebuild it with: "
+            f"gpuaudit: {end}: the register holds what was collected, {verdict.not_audited} of "
+            f"{count_of(verdict.hosts, 'host')} not audited; rebuild it with: "
             f"gpuaudit report {run.path.resolve()}",
             file=sys.stderr,
         )
         return interrupted
-    return register_status(register, fail_on)
-
-
-def register_status(register: Register, fail_on: str | None) -> int:
-    """The exit status a written register gives (`gpuaudit audit`, and `gpuaudit report
-    --fail-on`): 1 where no host of it could be audited (a run or a collection job that
-    reached none of its hosts, whatever the threshold), else :func:`fail_gate`."""
-    from gpuaudit.model.snapshot import HostStatus
-    from gpuaudit.model.status import NOT_COLLECTED
-
-    hosts = register.hosts
-    if hosts and all(HostStatus(h.status) in NOT_COLLECTED for h in hosts):
-        print(
-            f"gpuaudit: no host could be audited ({count_of(len(hosts), 'host')})", file=sys.stderr
-        )
-        return 1
-    return fail_gate(register, fail_on)
-
-
-def fail_gate(register: Register, fail_on: str | None) -> int:
-    """1 while open risks at ``fail_on`` or above remain (``--fail-on``), else 0. Open risks
-    only: a waived risk is a decision already taken, not a reason to fail CI."""
-    count = len(register.open_risks_at_or_above(fail_on)) if fail_on else 0
-    if count:
-        print(f"gpuaudit: {count} risks at {fail_on} or above", file=sys.stderr)
-        return 1
-    return 0
-
-
-def count_of(n: int, noun: str) -> str:
-    return f"{n} {noun}" + ("" if n == 1 else "s")
-
-
-def printable(text: Any) -> str:
-    """Text for the terminal: control characters (escape sequences from host names or host
-    output) are shown as '?', never sent."""
-    return "".join("?" if unicodedata.category(c).startswith("C") else c for c in str(text))
-
-
-def print_summary(register: Register, run: RunDir) -> None:
-    """A few lines for the terminal: hosts by status, open risks by severity, the top risks,
-    and where the page and the register are."""
-    summary = register.summary
-    statuses = [f"{n} {s}" for s, n in summary.hosts_by_status.items() if n]
-    hosts = count_of(summary.host_count, "host")
-    print(printable(f"gpuaudit: {hosts}: {', '.join(statuses) or 'none'}"))
-    risks = summary.risks_by_status
-    line = f"gpuaudit: {count_of(int(risks.get('open') or 0), 'open risk')}"
-    severities = [f"{n} {s}" for s, n in summary.open_risks_by_severity.items() if n]
-    if severities:
-        line += ": " + ", ".join(severities)
-    if risks.get("waived"):
-        line += f" ({risks['waived']} waived)"
-    print(line)
-    top = [r for r in register.risks if r.is_open][:_TOP_RISKS]  # info risks inform: not here
-    for risk in top:
-        where = count_of(len(risk.affected_hosts), "host")
-        line = f"  {risk.severity.value:<8}  {risk.id}  {risk.title}"
-        print(printable(f"{line} ({where})"))
-    print(f"gpuaudit report: {run.html_path.resolve()}")
-    print(f"gpuaudit register: {run.register_path.resolve()}")
+    return verdict.status(fail_on)

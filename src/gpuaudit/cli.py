@@ -31,20 +31,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from gpuaudit import __version__
-from gpuaudit.audit_run import (
-    PYINFRA_VALUE_OPTIONS,
-    SEVERITIES,
-    cmd_audit,
-    count_of,
-    print_summary,
-    printable,
-    register_status,
-)
+from gpuaudit.audit_run import PYINFRA_VALUE_OPTIONS, SEVERITIES, cmd_audit
 from gpuaudit.collect import collector_script
 from gpuaudit.policy.check import add_policy_parser, load_for_cli
 from gpuaudit.report.alerts import add_alerts_parser
 from gpuaudit.report.provenance import pyinfra_version
 from gpuaudit.report.run import RunDir, check_run_id, new_run_dir, os_error_text
+from gpuaudit.report.verdict import AuditVerdict, count_of, printable
 
 if TYPE_CHECKING:
     from gpuaudit.policy import Policy
@@ -123,8 +116,9 @@ def cmd_report(args: argparse.Namespace) -> int:
     # The register just written, not register.json read back: the same summary and gate.
     # Without --fail-on a report only writes the register; with it, a register in which no
     # host could be audited fails, as `gpuaudit audit` fails it.
-    print_summary(register, run)
-    return register_status(register, args.fail_on) if args.fail_on else 0
+    verdict = AuditVerdict.of(register)
+    verdict.print_summary(run.html_path, run.register_path)
+    return verdict.status(args.fail_on) if args.fail_on else 0
 
 
 def rules_markdown() -> str:

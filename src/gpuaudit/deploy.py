@@ -27,6 +27,8 @@ with; default the newest earlier one); ``GPUAUDIT_FAIL_ON`` (junit.xml's failure
 severity in any case);
 ``GPUAUDIT_POLICY`` (a site policy file, see gpuaudit.policy: loaded once per run, copied into
 the run directory as policy.yaml so ``gpuaudit report`` judges the run the same way later).
+``gpuaudit audit`` also sets ``GPUAUDIT_VERDICT_FILE``: the register's summary and gate counts
+are written there for it (report/verdict.py), so it prints them without reading register.json.
 """
 
 from __future__ import annotations
@@ -75,6 +77,7 @@ from gpuaudit.policy.settings import resolve_settings
 from gpuaudit.report.cycles import settle_for_collection
 from gpuaudit.report.provenance import pyinfra_scope, record_provenance
 from gpuaudit.report.run import RunDir, RunEnd, new_run_dir, os_error_text
+from gpuaudit.report.verdict import hand_over
 
 # Inventory data copied into snapshots. Only these keys: host data also holds connection
 # settings (ssh_password, keys) that must never reach a report.
@@ -467,17 +470,17 @@ def account_for_hosts(state: State, run: RunDir, end: RunEnd | None = None) -> N
 def write_run_register(run: RunDir, policy: Policy | None) -> Path:
     """Write the register and its views from the run's snapshots; return index.html."""
     # Imported here: a shard that only collects never loads the rules and the renderers.
-    from gpuaudit.pipeline import write_report
+    from gpuaudit.pipeline import ReportRequest, write_request
 
     record_provenance(run.path, pyinfra_scope(), policy)  # inventory, --limit, who, versions
     # Set by `gpuaudit audit --previous/--fail-on`; unset, trends use the newest earlier run.
-    return write_report(
-        run,
-        run.load_snapshots(),
-        policy=policy,
-        previous=os.environ.get("GPUAUDIT_PREVIOUS") or None,
-        fail_on=fail_on_threshold(),
+    previous = os.environ.get("GPUAUDIT_PREVIOUS") or None
+    request = ReportRequest(
+        run.load_snapshots(), policy=policy, previous=previous, fail_on=fail_on_threshold()
     )
+    register = write_request(run, request)
+    hand_over(register, run.register_path)  # to `gpuaudit audit`, which then reads no register
+    return run.html_path
 
 
 def write_register(state: State, host: Host, run: RunDir, policy: Policy | None = None) -> bool:

@@ -211,7 +211,7 @@ def test_report_summarises_and_gates_on_the_register_it_wrote(
     """`gpuaudit report` prints and gates on the register it has just built, not on
     register.json read back (a 10,000-host register is over 100 MiB): the same lines and the
     same exit status as that file gives, waived and informational risks included."""
-    from gpuaudit.audit_run import fail_gate, print_summary
+    from gpuaudit.report.verdict import AuditVerdict
 
     example = REPO / "reports" / "example"
     run = RunDir(tmp_path / "example")
@@ -229,9 +229,9 @@ def test_report_summarises_and_gates_on_the_register_it_wrote(
         status = main(["report", str(run.path), "--fail-on", threshold])
         printed = capsys.readouterr()
         monkeypatch.setattr(RunDir, "load_register", read_back)
-        written = run.load_register(outcomes=False)
-        print_summary(written, run)
-        assert fail_gate(written, threshold) == status
+        written = AuditVerdict.of(run.load_register(outcomes=False))
+        written.print_summary(run.html_path, run.register_path)
+        assert written.gate(threshold) == status
         expected = capsys.readouterr()
         assert (printed.out, printed.err) == (expected.out, expected.err), threshold
     assert "waived" in printed.out and "open risk" in printed.out

@@ -4,6 +4,7 @@ threshold agree, whichever path wrote the register."""
 from __future__ import annotations
 
 import argparse
+import os
 import shutil
 import xml.etree.ElementTree as ET
 from pathlib import Path
@@ -14,7 +15,9 @@ import gpuaudit.audit_run as audit_run
 from gpuaudit.audit_run import AuditRun, _audit_result
 from gpuaudit.cli import main, parse_args
 from gpuaudit.model.status import unreachable_snapshot
+from gpuaudit.pipeline import rebuild_register
 from gpuaudit.report.run import RunDir, RunEnd, new_run_dir
+from gpuaudit.report.verdict import VERDICT_ENV, AuditVerdict, hand_over, taken_over
 
 REPO = Path(__file__).resolve().parents[2]
 # A demo host the example run audited, with no finding above info.
@@ -67,7 +70,7 @@ def test_a_register_written_without_pyinfra_takes_the_fail_on_threshold(
     audit.close(RunEnd(exit_status=1))
     assert run.register_path.exists()
     assert _junit_failures(run) == 0  # high is below --fail-on critical
-    assert audit_run.fail_gate(run.load_register(outcomes=False), "critical") == 0
+    assert AuditVerdict.of(run.load_register(outcomes=False)).gate("critical") == 0
 
 
 def test_audit_gives_pyinfra_only_its_own_fail_on(
@@ -89,3 +92,52 @@ def test_audit_gives_pyinfra_only_its_own_fail_on(
         args: argparse.Namespace = parse_args(["audit", "inventory/demo.py", *reports, *given])
         audit_run.cmd_audit(args)
         assert seen.pop().get("GPUAUDIT_FAIL_ON") == expected
+
+
+def _refuse_register(monkeypatch: pytest.MonkeyPatch) -> None:
+    def refused(self: RunDir, *, outcomes: bool = True) -> object:
+        raise AssertionError("register.json read back")
+
+    monkeypatch.setattr(RunDir, "load_register", refused)
+
+
+@pytest.mark.parametrize("threshold", ["critical", "high"])
+def test_a_handed_over_verdict_says_what_the_register_says(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    threshold: str,
+) -> None:
+    """The verdict the register's writer hands over gives `gpuaudit audit` the same lines and
+    exit status as register.json read back, without reading it."""
+    run = _run(tmp_path, ("gpu-a",), healthy=True)  # GA001 (high) on one host of two
+    handed = tmp_path / "verdict.json"
+    monkeypatch.setenv(VERDICT_ENV, str(handed))
+    hand_over(rebuild_register(run), run.register_path)
+    expected = (_audit_result(run, None, threshold), capsys.readouterr())
+    with monkeypatch.context() as patched:
+        _refuse_register(patched)
+        assert (_audit_result(run, None, threshold, handed), capsys.readouterr()) == expected
+    assert expected[0] == (1 if threshold == "high" else 0)
+    assert "gpuaudit: 2 hosts: 1 ok, 1 unreachable" in expected[1].out
+
+
+def test_a_verdict_is_not_taken_for_another_register(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A verdict sealed for another register.json, or a file that is no verdict, is left:
+    the register is read back."""
+    run = _run(tmp_path, ("gpu-a", "gpu-b"))
+    handed = tmp_path / "verdict.json"
+    monkeypatch.setenv(VERDICT_ENV, str(handed))
+    hand_over(rebuild_register(run), run.register_path)
+    assert taken_over(handed, run.register_path) is not None
+    stamp = run.register_path.stat()
+    os.utime(run.register_path, ns=(stamp.st_atime_ns, stamp.st_mtime_ns + 1_000_000))
+    assert taken_over(handed, run.register_path) is None
+    assert _audit_result(run, None, "critical", handed) == 1  # read back: no host audited
+    assert "no host could be audited (2 hosts)" in capsys.readouterr().err
+    for text in ("{", '{"schema": 1}', '{"schema": 99, "summary": []}', "[]"):
+        handed.write_text(text)
+        assert taken_over(handed, run.register_path) is None
+    assert taken_over(tmp_path / "absent.json", run.register_path) is None

@@ -10,7 +10,7 @@ from demo_run import demo_report, junit_cases
 from report_factories import GENERATED_AT, finding, healthy_host
 
 from gpuaudit.policy import Policy
-from gpuaudit.report.junit import render_junit
+from gpuaudit.report.junit import _NOT_XML, render_junit
 from gpuaudit.report.register import build_register
 from gpuaudit.rules.base import Outcome, RuleOutcome, Severity
 
@@ -145,3 +145,14 @@ def test_testcases_alike_share_text_and_each_host_keeps_its_own_reason() -> None
     # Hosts alike read alike but for their names.
     texts = [ET.tostring(suites[h]).decode().replace(h, "HOST") for h in ("h1", "h2")]
     assert texts[0] == texts[1]
+
+
+def test_the_characters_left_out_are_those_xml_does_not_allow() -> None:
+    """XML 1.0's Char production: tab, newline, carriage return, U+0020-U+D7FF,
+    U+E000-U+FFFD and U+10000-U+10FFFF; every other code point is left out of junit.xml."""
+    every = set(range(0x110000))
+    allowed = {0x9, 0xA, 0xD}.union(
+        range(0x20, 0xD800), range(0xE000, 0xFFFE), range(0x10000, 0x110000)
+    )
+    text = "".join(map(chr, sorted(every)))
+    assert {ord(c) for c in _NOT_XML.findall(text)} == every - allowed

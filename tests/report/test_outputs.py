@@ -14,7 +14,6 @@ from typing import Any
 import pytest
 from report_factories import GENERATED_AT, finding, healthy_host, unreachable_host
 
-from gpuaudit.audit_run import print_summary
 from gpuaudit.pipeline import write_report
 from gpuaudit.report.junit import render_junit
 from gpuaudit.report.outputs import (
@@ -26,6 +25,7 @@ from gpuaudit.report.outputs import (
 )
 from gpuaudit.report.register import build_register
 from gpuaudit.report.run import RunDir
+from gpuaudit.report.verdict import AuditVerdict
 from gpuaudit.rules.base import Evidence, Outcome, RuleOutcome, Severity
 
 HOSTILE = 'gpu"01\\x\nnext="1"} 99 <b>&amp;|`@here'
@@ -227,7 +227,9 @@ def test_terminal_summary_leaves_info_out_of_open_risks(
         finding("GA801", Severity.INFO, "h1", gpu_index=None, message="70B fits"),
         finding("GA304", Severity.HIGH, "h1"),
     ]
-    print_summary(build_register([healthy_host("h1")], findings), RunDir(tmp_path))
+    run = RunDir(tmp_path)
+    verdict = AuditVerdict.of(build_register([healthy_host("h1")], findings))
+    verdict.print_summary(run.html_path, run.register_path)
     out = capsys.readouterr().out
     assert "gpuaudit: 1 open risk: 1 high" in out
     assert "GA304" in out and "GA801" not in out

@@ -14,9 +14,10 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from gpuaudit.model.snapshot import HostSnapshot
+if TYPE_CHECKING:
+    from gpuaudit.model.snapshot import HostSnapshot
 
 POLICY_VERSION = "1"
 

@@ -36,12 +36,12 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from gpuaudit.model.snapshot import HostSnapshot, HostStatus, Section
 from gpuaudit.report.cycles import cycle_collection_paused
 from gpuaudit.report.layout import HTML_FILE, PAGE_DIR, REGISTER_FILE, utc_now_iso
 from gpuaudit.report.provenance import PROVENANCE_FILE
 
 if TYPE_CHECKING:
+    from gpuaudit.model.snapshot import HostSnapshot
     from gpuaudit.report.register_types import Register
 
 HOSTS_DIR = "hosts"
@@ -306,6 +306,8 @@ def load_snapshot_file(path: Path) -> HostSnapshot:
     file name and dated by the file's time where its own name or time is unusable. A file that
     is no snapshot at all becomes a COLLECTION_FAILED host holding the file's start as evidence.
     """
+    from gpuaudit.model.snapshot import HostSnapshot  # not for a process that only stores
+
     try:
         raw = path.read_bytes()
     except OSError as exc:
@@ -322,6 +324,8 @@ def load_snapshot_file(path: Path) -> HostSnapshot:
 
 
 def _unreadable(path: Path, problem: str, raw: bytes) -> HostSnapshot:
+    from gpuaudit.model.snapshot import HostSnapshot, HostStatus, Section
+
     host = _host_name_hint(raw) or path.stem
     mtime = _mtime_iso(path)
     excerpt = raw[:_CORRUPT_EXCERPT_BYTES].decode("utf-8", "replace")
