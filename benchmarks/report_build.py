@@ -63,6 +63,7 @@ from gpuaudit.report.cycles import cycle_collection_paused
 from gpuaudit.report.run import RunDir
 from gpuaudit.report.trend_basis import BASIS_FILE
 from gpuaudit.report.trends import load_previous
+from gpuaudit.report.verdict import VERDICT_ENV, AuditVerdict, hand_over, taken_over
 
 T = TypeVar("T")
 
@@ -136,6 +137,7 @@ from gpuaudit.report.cycles import cycle_collection_paused
 from gpuaudit.report.run import RunDir
 from gpuaudit.report.trend_basis import BASIS_FILE
 from gpuaudit.report.trends import load_previous
+from gpuaudit.report.verdict import VERDICT_ENV, AuditVerdict, hand_over, taken_over
 run = RunDir(sys.argv[2])
 snapshots = run.load_snapshots() if sys.argv[1] == "load" else rebuild(run)
 with open("/proc/self/status", encoding="ascii") as status:
@@ -181,6 +183,29 @@ def memory(run: RunDir, snapshot_bytes: int) -> None:
         f"peak RSS   {mib(load_rss):>10} {mib(build_rss):>11} {build_rss / load_rss:8.1f} ×"
         "  peak resident size of a child process (interpreter and imports included)"
     )
+
+
+def terminal_summary(run: RunDir, repeat: int) -> None:
+    """What `gpuaudit audit` reads to print the run's summary and apply --fail-on, side by
+    side: register.json read back, as it did, and the verdict the process that wrote the
+    register hands over (report/verdict.py), each with its CPU time and tracemalloc's peak."""
+    read_back = lambda: AuditVerdict.of(run.load_register(outcomes=False))  # noqa: E731
+    with tempfile.TemporaryDirectory(prefix="gpuaudit-verdict-") as private:
+        handed = Path(private, "verdict.json")
+        os.environ[VERDICT_ENV] = str(handed)
+        try:
+            hand_over(run.load_register(outcomes=False), run.register_path)
+        finally:
+            del os.environ[VERDICT_ENV]
+        taken = lambda: taken_over(handed, run.register_path)  # noqa: E731
+        verdict = taken()  # the same summary and counts as the register read back
+        assert verdict is not None and verdict == replace(read_back(), register=verdict.register)
+        print("\nthe terminal's summary and --fail-on     CPU        peak")
+        for label, read in (("register.json read back", read_back), ("verdict handed over", taken)):
+            with cycle_collection_paused():  # as `gpuaudit audit` reads the register
+                cpu = min(timed(read)[1] for _ in range(repeat))
+            _, peak, _ = traced(read)
+            print(f"  {label:<34} {cpu * 1000:9.1f} ms {mib(peak):>10}")
 
 
 def with_previous(run: RunDir, repeat: int) -> None:
@@ -279,6 +304,7 @@ def main(argv: list[str] | None = None) -> int:
         if page:
             total = sum(p.stat().st_size for p in page)
             print(f"output     page/*.js        {mib(total):>10}   host details, {len(page)} files")
+        terminal_summary(run, args.repeat)
         if not args.no_memory:
             memory(run, snapshot_bytes)
         if args.previous:

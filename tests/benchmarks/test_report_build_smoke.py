@@ -13,7 +13,12 @@ import pytest
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "benchmarks"))
 
-from report_build import COLLECTED_PROFILES, write_collected_fleet  # noqa: E402
+from report_build import (  # noqa: E402
+    COLLECTED_PROFILES,
+    terminal_summary,
+    write_collected_fleet,
+    write_fleet,
+)
 
 from gpuaudit.pipeline import rebuild  # noqa: E402
 from gpuaudit.report.run import RunDir  # noqa: E402
@@ -42,3 +47,16 @@ def test_collected_fleet_keeps_the_sections_and_gives_each_board_its_findings(
     fallen = COLLECTED_PROFILES.index("a100-hgx-05")
     missing_gpu = {f["host"] for f in register["findings"] if f["rule"] == "GA102"}
     assert missing_gpu == {f"gpu-{n:05d}" for n in (fallen, fallen + len(COLLECTED_PROFILES))}
+
+
+def test_the_terminal_summary_is_read_both_ways_alike(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The benchmark's side-by-side of what `gpuaudit audit` reads for its summary: it checks
+    that the verdict handed over equals the register read back before it times either."""
+    run = RunDir(tmp_path / "run")
+    write_fleet(run, 12, 8)
+    rebuild(run)
+    terminal_summary(run, 1)
+    printed = capsys.readouterr().out
+    assert "register.json read back" in printed and "verdict handed over" in printed

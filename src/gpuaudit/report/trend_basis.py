@@ -46,6 +46,7 @@ from typing import Any
 
 from gpuaudit.model.snapshot import Gpu, HostSnapshot, HostStatus, bus_key
 from gpuaudit.model.status import NOT_COLLECTED
+from gpuaudit.report.layout import file_stamp
 from gpuaudit.report.register_types import HostEntry, Register, RiskBrief
 from gpuaudit.rules.base import Outcome
 
@@ -216,14 +217,6 @@ def host_counters(snap: HostSnapshot) -> HostCounters:
     )
 
 
-def _stat(path: Path) -> tuple[int, int] | None:
-    try:
-        status = path.stat()
-    except OSError:
-        return None
-    return status.st_size, status.st_mtime_ns
-
-
 def basis_chunks(
     run_path: Path,
     snapshots: Sequence[HostSnapshot],
@@ -240,7 +233,7 @@ def basis_chunks(
     named = [(run.snapshot_path(s.host).name, s) for s in snapshots]
     if len(named) != len(files) or {name for name, _ in named} != set(files):
         return None
-    stats = {name: _stat(path) for name, path in files.items()}
+    stats = {name: file_stamp(path) for name, path in files.items()}
     if any(stat is None for stat in stats.values()):
         return None
 
@@ -310,7 +303,7 @@ def read_trend_basis(run_path: str | os.PathLike[str]) -> Basis | None:
             return None
         hosts = []
         for entry in entries:
-            if _stat(files[entry["file"]]) != (entry["size"], entry["mtime_ns"]):
+            if file_stamp(files[entry["file"]]) != (entry["size"], entry["mtime_ns"]):
                 return None
             hosts.append(_host(entry))
     except (OSError, ValueError, KeyError, TypeError, IndexError):

@@ -25,6 +25,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from gpuaudit.report.layout import file_stamp
+
 if TYPE_CHECKING:
     from gpuaudit.report.register_types import Register
 
@@ -43,15 +45,6 @@ def printable(text: Any) -> str:
     """Text for the terminal: control characters (escape sequences from host names or host
     output) are shown as '?', never sent."""
     return "".join("?" if unicodedata.category(c).startswith("C") else c for c in str(text))
-
-
-def file_stamp(path: Path) -> tuple[int, int] | None:
-    """A file's size and modification time (ns); None when it cannot be read."""
-    try:
-        status = path.stat()
-    except OSError:
-        return None
-    return status.st_size, status.st_mtime_ns
 
 
 @dataclass(frozen=True)
