@@ -294,3 +294,110 @@ def test_kernel_log_that_starts_at_boot_is_whole(tmp_path: Path) -> None:
     )
     assert section["truncated"] is False
     assert "ring_start" not in str(section["stderr"])
+
+
+# --- kernel_log_previous: the boots before this one, from the journal -------------------------
+
+
+def _earlier_boots_section(tmp_path: Path, boots: dict[int, str], **env: str) -> dict[str, object]:
+    """The kernel_log_previous section the real collector gives with a journalctl that has
+    ``boots`` (offset -> a shell command printing that boot's kernel log) and no others."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir(exist_ok=True)
+    cases = "".join(f"  -{-boot}) {command} ;;\n" for boot, command in boots.items())
+    journalctl = bin_dir / "journalctl"
+    journalctl.write_text(
+        "#!/bin/sh\n"
+        'echo "$*" >>"$(dirname "$0")/asked"\n'
+        'case "$3" in\n'
+        f"{cases}"
+        '  *) echo "Data from the specified boot ($3) is not available: No such boot ID in '
+        'journal" >&2; exit 1 ;;\n'
+        "esac\n"
+    )
+    journalctl.chmod(0o755)
+    settings = "".join(
+        f"{name}={shlex.quote(value)}; export {name}; " for name, value in env.items()
+    )
+    result = subprocess.run(
+        ["sh", "-c", f"PATH={shlex.quote(str(bin_dir))}:/usr/bin:/bin; {settings}"
+         f"{collector_script('klog03')}"],
+        capture_output=True, text=True, check=True, timeout=120,
+    )  # fmt: skip
+    sections = GpuAuditSections().process(result.stdout.splitlines())["sections"]
+    section: dict[str, object] = sections["kernel_log_previous"]
+    return section
+
+
+def _xid_lines(boot: int, count: int) -> str:
+    return (
+        f'i=0; while [ $i -lt {count} ]; do echo "Nov 2{-boot} 10:00:0$i h kernel: '
+        f'NVRM: Xid (PCI:0000:3b:00): 79, boot {boot} line $i"; i=$((i+1)); done'
+    )
+
+
+def test_earlier_boots_are_read_oldest_first_each_after_its_line(tmp_path: Path) -> None:
+    boots = {-1: _xid_lines(-1, 2), -2: _xid_lines(-2, 1), -3: "echo 'h kernel: no match'"}
+    section = _earlier_boots_section(tmp_path, boots)
+    assert section["rc"] == 0
+    assert str(section["stdout"]).splitlines() == [
+        "-- boot -3 --",
+        "-- boot -2 --",
+        "Nov 22 10:00:00 h kernel: NVRM: Xid (PCI:0000:3b:00): 79, boot -2 line 0",
+        "-- boot -1 --",
+        "Nov 21 10:00:00 h kernel: NVRM: Xid (PCI:0000:3b:00): 79, boot -1 line 0",
+        "Nov 21 10:00:01 h kernel: NVRM: Xid (PCI:0000:3b:00): 79, boot -1 line 1",
+    ]
+    assert str(section["stderr"]).strip() == "source=journalctl boots=3 lines=3 max=5000"
+    # Read until the journal had no more: boot -4 was asked for, and refused, -5 not.
+    asked = (tmp_path / "bin" / "asked").read_text().splitlines()
+    assert [line.split()[2] for line in asked] == ["-1", "-2", "-3", "-4"]
+    assert section["truncated"] is False
+
+
+def test_earlier_boots_share_the_line_bound_the_newest_boot_first(tmp_path: Path) -> None:
+    boots = {-1: _xid_lines(-1, 3), -2: _xid_lines(-2, 3), -3: _xid_lines(-3, 2)}
+    section = _earlier_boots_section(tmp_path, boots, GPUAUDIT_KERNEL_LOG_LINES="4")
+    lines = str(section["stdout"]).splitlines()
+    assert lines == [
+        "-- boot -3 --",
+        "-- boot -2 --",
+        "Nov 22 10:00:02 h kernel: NVRM: Xid (PCI:0000:3b:00): 79, boot -2 line 2",
+        "-- boot -1 --",
+        *(f"Nov 21 10:00:0{i} h kernel: NVRM: Xid (PCI:0000:3b:00): 79, boot -1 line {i}"
+          for i in range(3)),
+    ]  # fmt: skip
+    assert "boots=3 lines=8 max=4" in str(section["stderr"])
+    assert section["truncated"] is True
+
+
+def test_earlier_boots_setting(tmp_path: Path) -> None:
+    boots = {-1: _xid_lines(-1, 1), -2: _xid_lines(-2, 1), -3: _xid_lines(-3, 1)}
+    two = _earlier_boots_section(tmp_path, boots, GPUAUDIT_EARLIER_BOOTS="2")
+    assert "boots=2 lines=2" in str(two["stderr"])
+    assert "-- boot -3 --" not in str(two["stdout"])
+    wrong = _earlier_boots_section(tmp_path, boots, GPUAUDIT_EARLIER_BOOTS="two")
+    assert "GPUAUDIT_EARLIER_BOOTS='two' is not a number of boots: 5 are read" in str(
+        wrong["stderr"]
+    )
+    assert "boots=3 lines=3" in str(wrong["stderr"])
+
+
+def test_an_earlier_boot_whose_read_hangs_ends_the_reading_and_says_so(tmp_path: Path) -> None:
+    boots = {-1: _xid_lines(-1, 1), -2: "sleep 30", -3: _xid_lines(-3, 1)}
+    section = _earlier_boots_section(tmp_path, boots, GPUAUDIT_TIMEOUT="1")
+    assert section["rc"] == 0
+    stderr = str(section["stderr"])
+    assert "journalctl -k -b -2 timed out after 1s: it and the boots before it are not read" in (
+        stderr
+    )
+    assert "boots=1 lines=1 max=5000 unread=-2" in stderr
+    assert str(section["stdout"]).splitlines()[0] == "-- boot -1 --"
+    assert section["truncated"] is True  # XIDs may be missing: counts are lower bounds
+
+
+def test_a_journal_without_the_boot_before_this_one_says_why(tmp_path: Path) -> None:
+    section = _earlier_boots_section(tmp_path, {})
+    assert section["rc"] == 1
+    assert "No such boot ID in journal" in str(section["stderr"])
+    assert section["stdout"] == ""

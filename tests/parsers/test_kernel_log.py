@@ -1,12 +1,13 @@
 from __future__ import annotations
 
 from collections import Counter
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
 from gpuaudit.model.snapshot import Gpu, XidEvent
-from gpuaudit.parsers.kernel_log import parse_kernel_log, resolve_gpus
+from gpuaudit.parsers.kernel_log import parse_earlier_boots, parse_kernel_log, resolve_gpus
 from gpuaudit.parsers.nvidia_xml import parse_nvidia_smi_xml
 
 FIXTURES = Path(__file__).parents[1] / "fixtures"
@@ -205,3 +206,61 @@ def test_dmesg_decode_prefix_keeps_the_stamp_after_it(stamp: str, expected: str)
     )
     (event,) = parse_kernel_log(line)
     assert (event.code, event.pci_bus_id, event.timestamp) == (13, "0000:38:00.0", expected)
+
+
+# --- the boots before this one (kernel_log_previous) -------------------------------------------
+
+JOURNAL_A = "issue-dxvk-1799-xid31-mmu-fault-journalctl-k-rtx2080.log"
+JOURNAL_B = "issue-open-gpu-kernel-modules-1151-rm-init-adapter-osinitnvmapping-journalctl.log"
+
+
+def _boot_text(name: str) -> str:
+    return (KLOG / name).read_text(encoding="utf-8").rstrip("\n")
+
+
+def _untagged(events: tuple[XidEvent, ...]) -> list[XidEvent]:
+    return [replace(e, boot=None) for e in events]
+
+
+def test_earlier_boots_are_read_one_by_one_and_tagged() -> None:
+    a, b = _boot_text(JOURNAL_A), _boot_text(JOURNAL_B)
+    events = parse_earlier_boots(f"-- boot -3 --\n{a}\n-- boot -2 --\n-- boot -1 --\n{b}\n")
+    first, second = parse_kernel_log(a), parse_kernel_log(b)
+    assert first and second
+    assert [e.boot for e in events] == [-3] * len(first) + [-1] * len(second)
+    assert _untagged(events) == [*first, *second]
+
+
+def test_lines_before_the_first_boot_line_are_the_boot_before_it() -> None:
+    """The log was cut to its newest bytes inside boot -3's lines: its line went with them."""
+    a, b = _boot_text(JOURNAL_A), _boot_text(JOURNAL_B)
+    events = parse_earlier_boots(f"{a}\n-- boot -2 --\n{b}\n")
+    assert {e.boot for e in events[: len(parse_kernel_log(a))]} == {-3}
+    assert {e.boot for e in events[len(parse_kernel_log(a)) :]} == {-2}
+
+
+def test_a_log_without_boot_lines_is_the_boot_before_this_one() -> None:
+    """What a collector that read boot -1 alone sent; also a cut inside boot -1's lines."""
+    a = _boot_text(JOURNAL_A)
+    events = parse_earlier_boots(a)
+    assert events and {e.boot for e in events} == {-1}
+    assert _untagged(events) == list(parse_kernel_log(a))
+
+
+def test_a_message_does_not_continue_across_a_reboot() -> None:
+    text = (
+        "-- boot -2 --\n"
+        "Nov 20 10:00:00 h kernel: NVRM: Xid (PCI:0000:3b:00): 79, pid=1, GPU has fallen\n"
+        "-- boot -1 --\n"
+        "                          NVRM: off the bus.\n"
+    )
+    events = parse_earlier_boots(text)
+    assert [(e.boot, e.code) for e in events if e.kind == "xid"] == [(-2, 79)]
+    assert "off the bus." not in events[0].raw
+
+
+def test_a_boot_line_must_be_the_whole_line() -> None:
+    """Host text that says "-- boot -9 --" inside a kernel line marks no boot."""
+    text = "Nov 20 10:00:00 h kernel: NVRM: Xid (PCI:0000:3b:00): 13, -- boot -9 --\n"
+    (event,) = parse_earlier_boots(text)
+    assert event.boot == -1

@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from gpuaudit.model.snapshot import PciDevice, XidEvent
@@ -300,4 +302,36 @@ def test_previous_boot_follows_the_site_overrides(make_host, findings):
 def test_previous_boot_log_cut_short_is_noted(make_host, findings):
     host = make_host(previous_boot_xid_events=(xid(79),), previous_boot_log_truncated=True)
     (f,) = findings("GA313", host)
-    assert "previous boot's log was cut to its newest lines" in f.message
+    assert "log of the earlier boots was cut to its newest lines" in f.message
+
+
+def test_an_xid_two_reboots_ago_is_still_reported_and_says_when(make_host, findings):
+    """Rebooted twice since the GPU fell off the bus: the XID is in boot -2's log only."""
+    events = (replace(xid(79, ts="Nov 28 10:00:01"), boot=-2),)
+    (f,) = findings("GA313", make_host(previous_boot_xid_events=events))
+    assert "in an earlier boot, 2 reboots ago, at Nov 28 10:00:01" in f.message
+    assert f.severity is Severity.HIGH  # GA301: critical, one step down
+    assert f.evidence.actual["boots"] == [-2]
+
+
+def test_an_xid_in_two_earlier_boots_came_back_after_a_reboot_and_keeps_its_severity(
+    make_host, findings
+):
+    events = (
+        replace(xid(48, gpu=1), boot=-3),
+        replace(xid(48, gpu=1), boot=-1),
+        replace(xid(79), boot=-1),
+    )
+    result = findings("GA313", make_host(previous_boot_xid_events=events))
+    by_code = {f.evidence.actual["code"]: f for f in result}
+    assert by_code[48].severity is Severity.HIGH  # GA301's own, not one step down
+    assert "×2 on GPU 1 in 2 earlier boots, 1 and 3 reboots ago" in by_code[48].message
+    assert "came back after a reboot: it is in 2 boots' logs" in by_code[48].message
+    assert by_code[48].evidence.actual["boots"] == [-1, -3]
+    assert by_code[79].severity is Severity.HIGH  # one boot only: one step down
+    assert "in the boot before this one" in by_code[79].message
+
+
+def test_an_older_snapshots_previous_boot_events_are_the_boot_before_this_one(make_host, findings):
+    (f,) = findings("GA313", make_host(previous_boot_xid_events=(xid(79),)))
+    assert f.evidence.actual["boots"] == [-1]

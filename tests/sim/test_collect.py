@@ -271,7 +271,8 @@ def test_xids_of_the_boot_before_a_reboot_are_read_from_the_journal(
     assert done.returncode == 0, done.stderr
     bundle = collect(host)
     section = bundle.sections["kernel_log_previous"]
-    assert "source=journalctl boot=-1 lines=" in section.stderr
+    # The profile's host had a boot before the first audit (its log without XIDs): now -2.
+    assert "source=journalctl boots=2 lines=" in section.stderr
     assert "rebooted kernel: NVRM: Xid (PCI:0000:90:00): 79," in section.stdout
     snap = build_snapshot("rebooted", bundle)
     assert not [e for e in snap.xid_events if e.kind == "xid"]
@@ -281,6 +282,32 @@ def test_xids_of_the_boot_before_a_reboot_are_read_from_the_journal(
     assert "in the boot before this one" in findings[0].message
     assert "rebooted since" in findings[0].message
     assert not [f for f in evaluate([snap]) if f.rule in ("GA301", "GA002")]
+
+
+def test_an_xid_two_reboots_ago_is_still_read_from_the_journal(
+    make_host: Callable[..., SimHost],
+) -> None:
+    """Rebooted twice since the GPU fell off the bus: neither this boot's log nor the boot
+    before it shows the XID; the journal's boot -2 does, and GA313 says so."""
+    from gpuaudit.assemble.build import build_snapshot
+    from gpuaudit.rules import evaluate
+    from gpuaudit.sim.profiles import get_profile
+
+    host = make_host("twice", get_profile("a100-hgx-05"))
+    for _ in range(2):
+        done = run_on(host, "reboot")
+        assert done.returncode == 0, done.stderr
+    snap = build_snapshot("twice", collect(host))
+    section = snap.sections["kernel_log_previous"]
+    assert "source=journalctl boots=3 lines=" in section.stderr
+    assert section.stdout.index("-- boot -2 --") < section.stdout.index("Xid (PCI:0000:90:00): 79")
+    assert section.stdout.index("Xid (PCI:0000:90:00): 79") < section.stdout.index("-- boot -1 --")
+    assert not [e for e in snap.xid_events if e.kind == "xid"]
+    assert {(e.code, e.gpu_index, e.boot) for e in snap.previous_boot_xid_events} >= {(79, 5, -2)}
+    findings = [f for f in evaluate([snap]) if f.rule == "GA313"]
+    assert [(f.gpu, f.severity.value) for f in findings] == [(5, "high")]
+    assert "in an earlier boot, 2 reboots ago" in findings[0].message
+    assert findings[0].evidence.actual["boots"] == [-2]
 
 
 def test_a_journal_without_earlier_boots_leaves_ga313_unjudged(

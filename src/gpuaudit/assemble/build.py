@@ -67,7 +67,7 @@ from gpuaudit.model.status import unreachable_snapshot as unreachable_snapshot
 from gpuaudit.parsers.amd_smi import parse_amd_smi_json
 from gpuaudit.parsers.bundle import Bundle
 from gpuaudit.parsers.errors import ParseError
-from gpuaudit.parsers.kernel_log import parse_kernel_log, resolve_gpus
+from gpuaudit.parsers.kernel_log import parse_earlier_boots, parse_kernel_log, resolve_gpus
 from gpuaudit.parsers.lookalike import LookAlike, identify, identify_name
 from gpuaudit.parsers.mig import parse_mig_instances, parse_mig_placements
 from gpuaudit.parsers.monitoring import parse_monitoring
@@ -185,7 +185,7 @@ def _build(
     gpus = nvidia_gpus + tuple(amd_gpus)
 
     events = run("kernel_log", parse_kernel_log) or ()
-    previous = run("kernel_log_previous", parse_kernel_log) or ()
+    previous = run("kernel_log_previous", parse_earlier_boots) or ()
     previous_log = sections.get("kernel_log_previous")
     klog = sections.get("kernel_log")
     if klog is not None and klog.rc == _MISSING:

@@ -25,6 +25,10 @@ ga_bytes() { case $1 in ''|*[!0-9]*|?????????????*) echo "$2" ;; *) echo "$1" ;;
 # value tail -n refuses would otherwise lose the whole log, and every XID in it.
 KLOG_MAX=$(ga_bytes "${GPUAUDIT_KERNEL_LOG_LINES:-}" 5000)
 [ "$KLOG_MAX" -ge 1 ] || KLOG_MAX=5000
+# GPUAUDIT_EARLIER_BOOTS: how many boots before this one are read from the journal, a plain
+# number of at least 1 (default 5); any other value keeps the default, and the section says so.
+KBOOTS=$(ga_bytes "${GPUAUDIT_EARLIER_BOOTS:-}" 5)
+[ "$KBOOTS" -ge 1 ] || KBOOTS=5
 GA_SECTION_MAX=$(ga_bytes "${GPUAUDIT_SECTION_BYTES:-}" @SECTION_BYTES@)
 GA_OUTPUT_LEFT=$(ga_bytes "${GPUAUDIT_OUTPUT_BYTES:-}" @OUTPUT_BYTES@)
 GA_FLOOR=@FLOOR_BYTES@
@@ -169,12 +173,12 @@ ga_klog_filtered() {
     return "${g:-2}"
   fi
 }
-# ga_klog_out: the newest KLOG_MAX filtered lines, bounded as a stream is, then the log's
-# stats line ($stats, on stderr) with what was cut.
+# ga_klog_out [LINES]: the newest LINES (default KLOG_MAX) filtered lines, bounded as a stream
+# is, then the log's stats line ($stats, on stderr) with what was cut.
 ga_klog_out() {
   k=$(tr -d ' ' <"$GA_TMP/knul")
   [ "${k:-0}" != 0 ] && stats="$stats nul=$k"
-  tail -n "$KLOG_MAX" "$GA_TMP/klog" >"$GA_TMP/ktail"
+  tail -n "${1:-$KLOG_MAX}" "$GA_TMP/klog" >"$GA_TMP/ktail"
   b=$(wc -c <"$GA_TMP/ktail" | tr -d ' ')
   lim=$(ga_allowed)
   if [ "$b" -gt "$lim" ]; then
@@ -221,24 +225,52 @@ s_kernel_log() {
   fi
   ga_klog_out
 }
-# The boot before this one, where the journal keeps it (a persistent journal, /var/log/journal):
-# the XIDs logged before the last reboot, which the running kernel's log no longer holds. A
-# journal without that boot (kept in memory only, or a first boot) answers with journalctl's
-# own reason and exit status. Bounded in time as a tool is, but never taken for a hung driver.
+# The boots before this one, where the journal keeps them (a persistent journal,
+# /var/log/journal): the XIDs logged before the last reboots, which the running kernel's log no
+# longer holds. Boots -1, -2, ... up to KBOOTS are read, newest first, until the journal has no
+# more; a host rebooted twice since a GPU fell off the bus still shows it. Each boot's lines
+# follow a line "-- boot -N --" (a journal line starts with its time, never with "--"), the
+# oldest boot first, so that a cut keeps the newest lines: lines before the first such line
+# are the boot's before it. Of all the boots' matching lines the newest KLOG_MAX are kept,
+# the newest boot's first. A journal without boot -1 (kept in memory only, or a first boot)
+# answers with journalctl's own reason and exit status. Each read is bounded in time as a
+# tool is, but never taken for a hung driver; one that times out ends the reading (unread=-N).
 s_kernel_log_previous() {
   ga_has journalctl || ga_missing journalctl || return
-  set -- journalctl -k -b -1 --no-pager
-  ga_has timeout && set -- timeout "$T" "$@"
-  { "$@" 2>"$GA_TMP/jerr"; echo $? >"$GA_TMP/krc"; } | ga_klog_filter
-  r=$(cat "$GA_TMP/krc")
-  if [ "$r" != 0 ]; then
-    head -c 1024 "$GA_TMP/jerr" >&2
-    return "$r"
+  if [ "$KBOOTS" != "${GPUAUDIT_EARLIER_BOOTS:-$KBOOTS}" ]; then
+    echo "GPUAUDIT_EARLIER_BOOTS='$GPUAUDIT_EARLIER_BOOTS' is not a number of boots: $KBOOTS are read" >&2
   fi
-  ga_klog_filtered "journalctl -b -1" || return
-  n=$(wc -l <"$GA_TMP/klog" | tr -d ' ')
-  stats="source=journalctl boot=-1 lines=$n max=$KLOG_MAX"
-  ga_klog_out
+  i=1; left=$KLOG_MAX; n=0; nul=0; unread=""
+  while [ "$i" -le "$KBOOTS" ]; do
+    set -- journalctl -k -b "-$i" --no-pager
+    ga_has timeout && set -- timeout "$T" "$@"
+    { "$@" 2>"$GA_TMP/jerr"; echo $? >"$GA_TMP/krc"; } | ga_klog_filter
+    r=$(cat "$GA_TMP/krc")
+    if [ "$r" != 0 ] && [ "$i" = 1 ]; then
+      head -c 1024 "$GA_TMP/jerr" >&2
+      return "$r"
+    elif [ "$r" = 124 ]; then
+      echo "journalctl -k -b -$i timed out after ${T}s: it and the boots before it are not read" >&2
+      unread=" unread=-$i"; break
+    elif [ "$r" != 0 ]; then
+      break  # the journal keeps no earlier boot
+    fi
+    if ! ga_klog_filtered "journalctl -b -$i"; then
+      [ "$i" = 1 ] && return 2
+      unread=" unread=-$i"; break
+    fi
+    c=$(wc -l <"$GA_TMP/klog" | tr -d ' ')
+    k=$(tr -d ' ' <"$GA_TMP/knul")
+    n=$((n + c)); nul=$((nul + ${k:-0}))
+    { echo "-- boot -$i --"; [ "$left" -gt 0 ] && tail -n "$left" "$GA_TMP/klog"; } >"$GA_TMP/kboot$i"
+    left=$((left - c)); [ "$left" -lt 0 ] && left=0
+    i=$((i + 1))
+  done
+  boots=$((i - 1)); j=$boots
+  while [ "$j" -ge 1 ]; do cat "$GA_TMP/kboot$j"; j=$((j - 1)); done >"$GA_TMP/klog"
+  echo "$nul" >"$GA_TMP/knul"
+  stats="source=journalctl boots=$boots lines=$n max=$KLOG_MAX$unread"
+  ga_klog_out "$((KLOG_MAX + boots))"
 }
 s_packages() {
   if ga_has dpkg-query; then

@@ -24,7 +24,7 @@ from typing import Any
 from gpuaudit.model.decode import DecodeError, FieldProblem, decode, describe_value, join_path
 from gpuaudit.model.jsonable import to_json_text, to_jsonable
 
-SCHEMA_VERSION = "1.3"
+SCHEMA_VERSION = "1.4"
 # What a snapshot must have to be read at all; any other field may be missing or unusable.
 _REQUIRED = ("schema_version", "host", "status", "collected_at")
 # The name of a host whose snapshot gives none that can be used, and no file name stands in.
@@ -170,6 +170,10 @@ class XidEvent:
     raw: str
     timestamp: str | None = None  # as printed: "[ 49.26]" seconds, ISO, or ctime
     gpu_index: int | None = None  # resolved through the GPUs' bus ids when possible
+    # The boot whose log held it, counted back from the running one (-1 the boot before it,
+    # -2 the one before that; schema 1.4); None in the running boot's log. An event of
+    # previous_boot_xid_events without one (an older snapshot) is from boot -1.
+    boot: int | None = None
 
 
 @dataclass(frozen=True)
@@ -607,9 +611,10 @@ class HostSnapshot:
     unnumbered_gpus: tuple[int, ...] = ()
     xid_events: tuple[XidEvent, ...] = ()
     kernel_log_truncated: bool = False
-    # The same events from the boot before this one, as the journal kept it (journalctl -k
-    # -b -1; schema 1.3): what the host logged before its last reboot, which its running
-    # kernel's log (xid_events) no longer holds.
+    # The same events from the boots before this one, as the journal kept them (journalctl -k
+    # -b -1, -b -2, ...; schema 1.3, earlier boots than -1 since 1.4, each event's ``boot``
+    # saying which): what the host logged before its last reboots, which its running kernel's
+    # log (xid_events) no longer holds. Oldest boot first, each boot's in log order.
     previous_boot_xid_events: tuple[XidEvent, ...] = ()
     previous_boot_log_truncated: bool = False
     topology: Topology | None = None

@@ -26,13 +26,15 @@ from gpuaudit.parsers.limits import DEFAULT_LIMITS, Cut, OutputLimits, utf8_pref
 
 _HEADER = re.compile(r"^@@gpuaudit-collector (\d+) ([A-Za-z0-9$()+x]+)@@$")
 _CUT = re.compile(r"^(stdout|stderr)=(\d+)/(\d+)$")
-# The kernel logs the collector reads: the running kernel's, and the boot before it as the
-# journal kept it (journalctl -k -b -1).
+# The kernel logs the collector reads: the running kernel's, and the boots before it as the
+# journal kept them (journalctl -k -b -1, -b -2, ...).
 KERNEL_LOG_SECTIONS = ("kernel_log", "kernel_log_previous")
 # The collector's own line in a kernel log section's stderr.
 _KLOG_STATS = re.compile(r"lines=(\d+) max=(\d+)")
 _KLOG_BYTES = re.compile(r"\bmax_bytes=\d+")
 _KLOG_NUL = re.compile(r"\bnul=(\d+)")
+# An earlier boot whose journal read timed out or failed: it and the boots before it are unread.
+_KLOG_UNREAD = re.compile(r"\bunread=-\d+")
 # The kernel ring buffer had wrapped: the seconds after boot of the oldest line dmesg still had.
 # The log is then incomplete (kernel_log_truncated, said in GA301's findings and on the host's
 # page), but that is no collection problem (GA002): a healthy host with a long uptime wraps its
@@ -260,7 +262,7 @@ def _lines(text: str) -> Iterator[str]:
 def _kernel_log_truncated(name: str, stderr: str) -> bool:
     if name not in KERNEL_LOG_SECTIONS:
         return False
-    if _KLOG_BYTES.search(stderr) or KLOG_RING_START.search(stderr):
+    if _KLOG_BYTES.search(stderr) or KLOG_RING_START.search(stderr) or _KLOG_UNREAD.search(stderr):
         return True
     match = _KLOG_STATS.search(stderr)
     return match is not None and int(match.group(1)) > int(match.group(2))

@@ -144,6 +144,40 @@ def parse_kernel_log(text: str) -> tuple[XidEvent, ...]:
     return reader.finish()
 
 
+# The line the collector puts before each earlier boot's lines in kernel_log_previous (a
+# journal line starts with its time, never with "--").
+_BOOT_MARK = re.compile(r"^-- boot -([1-9][0-9]{0,5}) --$")
+
+
+def parse_earlier_boots(text: str) -> tuple[XidEvent, ...]:
+    """:func:`parse_kernel_log` of the boots before this one, each event's ``boot`` set.
+
+    The collector prints the boots oldest first, each after a line ``-- boot -N --``. Where the
+    log was cut to its newest lines the first boot's line may be gone: lines before the first
+    such line are the boot's before it (``-- boot -2 --`` first: they are boot -3's), and a log
+    without any (an older collector's, which read boot -1 alone) is boot -1's. Each boot is
+    read on its own: no message continues across a reboot.
+    """
+    parts: list[tuple[int | None, list[str]]] = [(None, [])]
+    for line in (text or "").splitlines():
+        mark = _BOOT_MARK.match(line.rstrip("\r"))
+        if mark:
+            parts.append((-int(mark.group(1)), []))
+        else:
+            parts[-1][1].append(line)
+    first_marked = parts[1][0] if len(parts) > 1 else None
+    events: list[XidEvent] = []
+    for boot, lines in parts:
+        if boot is None:
+            if not lines:
+                continue
+            boot = first_marked - 1 if first_marked is not None else -1
+        events.extend(
+            dataclasses.replace(event, boot=boot) for event in parse_kernel_log("\n".join(lines))
+        )
+    return tuple(events)
+
+
 def _messages(text: str) -> Iterable[_Message]:
     """The NVIDIA messages of the log, continuation lines joined to the line they continue."""
     current: _Message | None = None

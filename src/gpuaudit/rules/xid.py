@@ -271,23 +271,26 @@ _ONE_STEP_DOWN = {
     ),
 )
 def previous_boot_xids(rule: Rule, snap: HostSnapshot, ctx: RuleContext) -> Iterable[Finding]:
-    """XID events of the boot before this one, which the running kernel's log no longer holds.
+    """XID events of the boots before this one, which the running kernel's log no longer holds.
 
-    Checks: the kernel log of the previous boot as the journal kept it (``journalctl -k -b
-    -1``), grouped into one finding per (GPU, code) and classified by NVIDIA's catalogue, the
-    site's ``xid_overrides`` included, as GA301 does. Codes the catalogue reads as the
-    application's fault or as informational (RESTART_APP, IGNORE) are left out: the reboot
-    ended them.
+    Checks: the kernel log of the boots before this one as the journal kept them
+    (``journalctl -k -b -1``, ``-b -2``, …, up to the collector's ``GPUAUDIT_EARLIER_BOOTS``,
+    default 5), grouped into one finding per (GPU, code) over those boots and classified by
+    NVIDIA's catalogue, the site's ``xid_overrides`` included, as GA301 does. Codes the
+    catalogue reads as the application's fault or as informational (RESTART_APP, IGNORE) are
+    left out: the reboot ended them.
     Why: a reboot empties the kernel's log. A GPU that fell off the bus (XID 79) or reported
     an uncorrectable memory error (XID 48, 95) and was rebooted to bring it back reads as
     clean in this boot's log, and the fault that took the node down is lost to an audit that
-    reads only that log.
+    reads only that log; rebooted twice, it is lost to one that reads only the boot before.
     Severity: one step below GA301's for the same code (critical becomes high, high medium):
-    the reboot was the recovery most of these codes ask for. Where the same code is in this
-    boot's log on the same GPU too, it came back after the reboot and keeps GA301's severity.
+    the reboot was the recovery most of these codes ask for. Where the same code came back
+    after a reboot on the same GPU (in this boot's log, or in more than one earlier boot), the
+    reboot did not cure it and the finding keeps GA301's severity.
     A host whose journal keeps no earlier boot (``Storage=volatile``, or no /var/log/journal
     with ``Storage=auto``) is not judged, and its outcome says why.
-    Evidence: the raw kernel-log lines (first and last), count, timestamps, PCI bus id.
+    Evidence: the raw kernel-log lines (first and last), count, timestamps, PCI bus id, and the
+    boots (-1 the boot before this one, -2 the one before that).
     Remediation: check that the GPU is back and healthy now, keep the host under watch, drain
     it and ask the vendor when the code recurs.
     """
@@ -299,7 +302,8 @@ def previous_boot_xids(rule: Rule, snap: HostSnapshot, ctx: RuleContext) -> Iter
     for where, code in groups:
         codes_at.setdefault(where, set()).add(code)
     cut = (
-        " The previous boot's log was cut to its newest lines: counts are lower bounds."
+        " The journal's log of the earlier boots was cut to its newest lines: counts are lower "
+        "bounds."
         if snap.previous_boot_log_truncated
         else ""
     )
@@ -313,11 +317,18 @@ def previous_boot_xids(rule: Rule, snap: HostSnapshot, ctx: RuleContext) -> Iter
         gpu = where[1] if where[0] == "gpu" else None
         place = f"GPU {gpu}" if gpu is not None else _unlisted_place(snap, where[1])
         again = now.get((where, code), [])
+        boots = sorted({-1 if e.boot is None else e.boot for e in events}, reverse=True)
         label = entry.label if code >= 0 else "XID with an unreadable code"
-        parts = [f"{label} ×{len(events)} on {place} in the boot before this one{_when(events)}."]
+        parts = [f"{label} ×{len(events)} on {place} {_in_boots(boots)}{_when(events)}."]
         if again:
             parts.append(
                 f"It came back after the reboot: ×{len(again)} in this boot's log too (GA301)."
+            )
+            severity = verdict.severity
+        elif len(boots) > 1:
+            parts.append(
+                f"It came back after a reboot: it is in {len(boots)} boots' logs. This boot's "
+                "log does not show it."
             )
             severity = verdict.severity
         else:
@@ -333,9 +344,10 @@ def previous_boot_xids(rule: Rule, snap: HostSnapshot, ctx: RuleContext) -> Iter
             _events_evidence(
                 code,
                 events,
-                "no XID events in the previous boot",
+                "no XID events in the earlier boots",
                 nvidia_action=entry.action.value,
                 boot="previous",
+                boots=boots,
                 in_this_boot=len(again),
             ),
             gpu=gpu,
@@ -343,6 +355,18 @@ def previous_boot_xids(rule: Rule, snap: HostSnapshot, ctx: RuleContext) -> Iter
             likelihood=likelihood,
             impact=impact,
         )
+
+
+def _in_boots(boots: list[int]) -> str:
+    """Which earlier boots, in words: ``boots`` are offsets (-1 the boot before this one), the
+    newest first."""
+    if boots == [-1]:
+        return "in the boot before this one"
+    ago = [str(-boot) for boot in boots]
+    if len(ago) == 1:
+        return f"in an earlier boot, {ago[0]} reboots ago"
+    listed = ", ".join(ago[:-1]) + " and " + ago[-1]
+    return f"in {len(ago)} earlier boots, {listed} reboots ago"
 
 
 # --- grouping and classification --------------------------------------------------------------

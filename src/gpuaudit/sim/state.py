@@ -20,7 +20,9 @@ Shape (``build.build_state`` writes it from a profile; unknown profile keys are 
 - ``kernel_log``: the kernel ring buffer, oldest line first
 - ``previous_kernel_log``: the kernel log of the boot before this one, as a persistent journal
   keeps it (``journalctl -k -b -1``), and ``previous_boot_time`` when that boot began; absent
-  where the journal holds no earlier boot (fault ``journal_volatile``)
+  where the journal holds no earlier boot (fault ``journal_volatile``). ``earlier_boots``: the
+  boots before that one, newest first (``-b -2``, ``-b -3``, …), each ``kernel_log`` and
+  ``boot_time``; at most :data:`KEPT_BOOTS`, as journald rotates the oldest away
 - ``services``: unit → {active, enabled}; a unit absent here is not installed
 - ``packages``: [{name, version, arch}], ``holds``: [name]
 - ``sysctls``: key → value, ``device_nodes``: node name → {mode, owner, group}
@@ -54,6 +56,8 @@ if TYPE_CHECKING:
     State = dict[str, Any]
 
 SCHEMA_VERSION = 1
+# The boots before the previous one a simulated journal keeps (earlier_boots).
+KEPT_BOOTS = 8
 STATE_ENV = "GPUAUDIT_SIM_STATE"
 MAX_EVENTS = 200
 
@@ -301,6 +305,13 @@ def reboot(state: State) -> None:
         unit["active"] = "active" if unit.get("enabled") == "enabled" else "inactive"
     sync_persistence(state)
     if "journal_volatile" not in state.get("faults", {}):
+        if "previous_kernel_log" in state:
+            kept = {
+                "kernel_log": state["previous_kernel_log"],
+                "boot_time": state.get("previous_boot_time"),
+            }
+            earlier = [kept, *state.get("earlier_boots", [])]
+            state["earlier_boots"] = earlier[:KEPT_BOOTS]
         state["previous_kernel_log"] = state.get("kernel_log", [])
         state["previous_boot_time"] = state.get("boot_time")
     state["kernel_log"] = []

@@ -78,32 +78,40 @@ def run_journalctl(argv: list[str], state_path: Path) -> int:
         return _refuse("journalctl", "a journal query other than -k")
     boot = _journal_boot(argv)
     if boot is None:
-        return _refuse("journalctl", "a boot other than 0 or -1")
+        return _refuse("journalctl", "a boot that is not an offset (0, -1, -2, ...)")
     state = load_state(state_path)
     # One fixed stamp: the captures' own times are in formats journalctl does not print.
     from gpuaudit.sim.rootfs import boot_time
 
     started = boot_time(state)
     lines = state.get("kernel_log", [])
-    if boot == "-1":
-        lines = state.get("previous_kernel_log")
-        if lines is None or has_fault(state, "journal_volatile"):
-            # systemd 252's words where the journal holds no earlier boot.
+    if boot < 0:
+        earlier = state.get("earlier_boots", [])
+        kept: dict[str, Any] | None = None
+        if boot == -1 and state.get("previous_kernel_log") is not None:
+            kept = {"kernel_log": state["previous_kernel_log"],
+                    "boot_time": state.get("previous_boot_time")}  # fmt: skip
+        elif boot < -1 and -boot - 2 < len(earlier):
+            kept = earlier[-boot - 2]
+        if kept is None or has_fault(state, "journal_volatile"):
+            # systemd 252's words where the journal holds no such boot.
             print(
-                "Data from the specified boot (-1) is not available: No such boot ID in journal",
+                f"Data from the specified boot ({boot}) is not available: No such boot ID in "
+                "journal",
                 file=sys.stderr,
             )
             return 1
-        started = int(state.get("previous_boot_time") or started - 86400)
+        lines = kept["kernel_log"]
+        started = int(kept.get("boot_time") or started + 86400 * boot)
     stamp = time.strftime("%b %d %H:%M:%S", time.gmtime(started))
     for line in lines:
         print(f"{stamp} {state['hostname']} kernel: {_KLOG_PREFIX.sub('', line, count=1)}")
     return 0
 
 
-def _journal_boot(argv: list[str]) -> str | None:
-    """The boot ``-b`` / ``--boot`` asks for: "0" (the current one, also when not given) or
-    "-1"; None for any other."""
+def _journal_boot(argv: list[str]) -> int | None:
+    """The boot ``-b`` / ``--boot`` asks for, as an offset: 0 (the current one, also when not
+    given), -1 the one before, ...; None for any other (a boot id, a positive offset)."""
     boot = "0"
     for i, arg in enumerate(argv):
         if arg in ("-b", "--boot"):
@@ -113,8 +121,11 @@ def _journal_boot(argv: list[str]) -> str | None:
             boot = arg.partition("=")[2]
         elif arg.startswith("-b") and arg[2:].lstrip("-").isdigit():
             boot = arg[2:]
-    boot = "0" if boot in ("", "0", "-0") else boot
-    return boot if boot in ("0", "-1") else None
+    if boot in ("", "-0"):
+        return 0
+    if not boot.lstrip("-").isdigit() or (boot != "0" and not boot.startswith("-")):
+        return None
+    return int(boot)
 
 
 def _unit(name: str) -> str:
