@@ -257,6 +257,37 @@ def test_only_ampere_needs_a_reset_and_only_then_do_holders_matter() -> None:
     assert unknown_drm.refusals[0].startswith("cannot tell whether nvidia_drm is loaded")
 
 
+def test_a_masked_daemon_that_runs_still_holds_the_gpus_and_is_never_stopped() -> None:
+    units = {
+        "nvidia-dcgm.service": {"active": "active", "enabled": "masked"},
+        "nvidia-persistenced.service": {"active": "active", "enabled": "masked-runtime"},
+        "nvsm.service": {"active": "inactive", "enabled": "masked"},  # masked and stopped
+        "dcgm-exporter.service": {"active": "activating", "enabled": "enabled"},
+    }
+    state = {"gpus": [], "instances_known": True, "processes_known": True, "nvidia_drm": False}
+    host = HostMig.from_facts(state, units)
+    assert host.active_units == ("dcgm-exporter.service",)
+    assert host.masked_running == ("nvidia-dcgm.service", "nvidia-persistenced.service")
+    gpus = (gpu(0, persistence_mode="Enabled"),)
+    for stop in (False, True):
+        result = plan_mig(dataclasses.replace(host, gpus=gpus), "all-3g", CONFIGS["all-3g"], stop)
+        masked = [r for r in result.refusals if "masked" in r]
+        assert masked == [
+            "nvidia-dcgm.service, nvidia-persistenced.service are masked but running and hold "
+            "the GPUs, so the GPU reset that the MIG mode change of GPU 0 needs would fail; a "
+            "masked unit stopped here could not be started again, so stop_services leaves it "
+            "alone: stop it by hand (systemctl stop nvidia-dcgm.service "
+            "nvidia-persistenced.service) or unmask it (systemctl unmask nvidia-dcgm.service "
+            "nvidia-persistenced.service)"
+        ]
+        # The running persistenced explains persistence mode: no second refusal for it.
+        assert not any("nvidia-smi -pm 1" in r for r in result.refusals)
+        assert "nvidia-dcgm.service" not in result.stop_units
+    # A Hopper mode change needs no reset: what holds the GPUs does not matter.
+    hopper = dataclasses.replace(host, gpus=(gpu(0, H100),))
+    assert plan_mig(hopper, "all-3g", CONFIGS["all-3g"]).refusals == ()
+
+
 @pytest.mark.parametrize(
     ("name", "resets"),
     [

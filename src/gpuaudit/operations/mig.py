@@ -13,7 +13,6 @@ from gpuaudit.model.mig_spec import MigSpecError, read_mig_configs
 from gpuaudit.operations.mig_commands import plan_commands
 from gpuaudit.operations.mig_plan import UNITS, HostMig, MigPlan, format_gpus, plan_mig
 from gpuaudit.operations.plan import refusal
-from gpuaudit.operations.services import is_masked
 from gpuaudit.operations.settings import host_settings
 
 
@@ -66,12 +65,9 @@ def apply(
         problem = facts.get("problem")
         host.noop(f"nvidia-smi did not answer ({problem}); MIG config {name} not applied")
         return
-    # A masked daemon could be stopped but not started again: the plan does not count it.
-    units = {
-        unit: state
-        for unit, state in host.get_fact(SystemdUnits, units=list(UNITS)).items()
-        if not is_masked(state)
-    }
+    # A masked daemon that runs still holds the GPUs; the plan refuses to stop it, since it
+    # could not be started again.
+    units = host.get_fact(SystemdUnits, units=list(UNITS))
     plan = plan_mig(HostMig.from_facts(facts, units), name, configs[name], stop_services)
     if plan.unknown:
         yield refusal(_refusal(plan, "cannot be judged", plan.unknown))

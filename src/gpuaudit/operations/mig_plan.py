@@ -39,6 +39,7 @@ from typing import Any
 from gpuaudit.model.mig_spec import MigEntry
 from gpuaudit.model.snapshot import bus_key
 from gpuaudit.operations.mig_models import PROFILE, family_of, resets_to_change_mode
+from gpuaudit.operations.unit_state import RUNNING, is_masked
 
 PERSISTENCED = "nvidia-persistenced.service"
 # Daemons that keep every GPU open, in the order they are stopped (consumers first); started
@@ -102,6 +103,9 @@ class HostMig:
     processes_known: bool = True
     nvidia_drm: bool | None = False
     active_units: tuple[str, ...] = ()  # the HOLDER_UNITS that run, in HOLDER_UNITS order
+    # HOLDER_UNITS that run although masked (masking stops nothing): they hold the GPUs, and
+    # once stopped they could not be started again until someone unmasks them.
+    masked_running: tuple[str, ...] = ()
     fabric_manager_active: bool = False
     problems: tuple[str, ...] = ()
 
@@ -129,13 +133,15 @@ class HostMig:
             )
             for gpu in mig.get("gpus", [])
         )
-        active = tuple(u for u in HOLDER_UNITS if units.get(u, {}).get("active") == "active")
+        running = [u for u in HOLDER_UNITS if units.get(u, {}).get("active") in RUNNING]
+        masked = {u for u in running if is_masked(units[u])}
         return cls(
             gpus=gpus,
             instances_known=bool(mig.get("instances_known")),
             processes_known=bool(mig.get("processes_known")),
             nvidia_drm=mig.get("nvidia_drm"),
-            active_units=active,
+            active_units=tuple(u for u in running if u not in masked),
+            masked_running=tuple(u for u in running if u in masked),
             fabric_manager_active=units.get(FABRIC_MANAGER, {}).get("active") == "active",
             problems=tuple(mig.get("problems", [])),
         )
@@ -354,12 +360,21 @@ def _holders(
             f"cannot tell whether nvidia_drm is loaded{_why(reasons)}, which would make the "
             f"GPU reset that the MIG mode change of {gpus} needs fail"
         )
+    if host.masked_running:
+        names = " ".join(host.masked_running)
+        verbs = ("is", "holds") if len(host.masked_running) == 1 else ("are", "hold")
+        refusals.append(
+            f"{', '.join(host.masked_running)} {verbs[0]} masked but running and {verbs[1]} the "
+            f"GPUs, {fails}; a masked unit stopped here could "
+            f"not be started again, so stop_services leaves it alone: stop it by hand "
+            f"(systemctl stop {names}) or unmask it (systemctl unmask {names})"
+        )
     by_index = {gpu.index: gpu for gpu in host.gpus}
+    daemon = (*host.active_units, *host.masked_running)
     by_hand = tuple(
         c.index
         for c in resetting
-        if PERSISTENCED not in host.active_units
-        and _mode(by_index[c.index].persistence_mode) == ENABLED
+        if PERSISTENCED not in daemon and _mode(by_index[c.index].persistence_mode) == ENABLED
     )
     if stop_services:
         return refusals, host.active_units, by_hand

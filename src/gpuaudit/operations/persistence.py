@@ -13,7 +13,8 @@ from gpuaudit.facts.remediation import (
     SystemdUnits,
     unit_name,
 )
-from gpuaudit.operations.services import enable_commands, is_masked, masked_note, needs_enable
+from gpuaudit.operations.services import enable_commands, masked_note, needs_enable
+from gpuaudit.operations.unit_state import is_masked
 
 
 @operation()

@@ -8,6 +8,7 @@ from pyinfra import host, logger
 from pyinfra.api import QuoteString, StringCommand, operation
 
 from gpuaudit.facts.remediation import NvidiaDriverVersion, SystemdUnits, unit_name
+from gpuaudit.operations.unit_state import RUNNING, is_masked
 
 
 def installed_units(
@@ -25,13 +26,6 @@ def installed_units(
 # the units its Also= names (indirect), or a name that is another unit's alias. Such a unit is
 # only started; asking to enable it would fail, or change nothing and be asked again each run.
 _ONLY_STARTED = ("static", "generated", "transient", "indirect", "alias")
-RUNNING = ("active", "activating", "reloading")  # ActiveState of a unit that runs
-
-
-def is_masked(state: dict[str, str]) -> bool:
-    """Masked (``systemctl mask``): turned off on purpose; it cannot be enabled or started
-    until someone unmasks it, and no operation here does."""
-    return state.get("enabled", "").startswith("masked")
 
 
 def needs_enable(state: dict[str, str]) -> bool:

@@ -34,7 +34,8 @@ from gpuaudit.facts.remediation import NvidiaDriverVersion
 from gpuaudit.facts.upgrade import AptPolicyVersions, BootId, NvidiaModuleVersion
 from gpuaudit.operations.driver import by_package_manager, driver_regexes
 from gpuaudit.operations.plan import refusal
-from gpuaudit.operations.services import RUNNING, installed_units
+from gpuaudit.operations.services import installed_units
+from gpuaudit.operations.unit_state import RUNNING
 from gpuaudit.rules.versions import is_driver_version, version_key
 
 # The GPU services, in the order they start: the persistence daemon first, fabric manager
