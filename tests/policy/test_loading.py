@@ -203,6 +203,25 @@ def test_regexes_and_sysctls_are_checked():
     assert "sysctl_baseline.net.core.rmem_max must be an integer" in lines[1]
 
 
+def test_pcie_expected_width_is_a_width_or_one_per_bus_id():
+    policy = parse(
+        "groups:\n  chassis_x8:\n    pcie_expected_width: 8\n"
+        "  mixed:\n    pcie_expected_width: {'00000000:41:00.0': 8, '61:00.0': 4}\n"
+    )
+    assert policy.settings_for({"groups": ["chassis_x8"]})["pcie_expected_width"] == 8
+    assert policy.settings_for({"groups": ["mixed"]})["pcie_expected_width"] == {
+        "0000:41:00.0": 8,
+        "0000:61:00.0": 4,
+    }
+    assert policy.settings_for({})["pcie_expected_width"] is None
+    lines = problems(
+        "version: 1\ndefaults:\n  pcie_expected_width: 6\n"
+        "groups:\n  g:\n    pcie_expected_width: {slot-3: 8}\n"
+    )
+    assert "pcie_expected_width must be a PCIe link width (1, 2, 4, 8, 12, 16, 32)" in lines[0]
+    assert "pcie_expected_width: 'slot-3' is not a PCI bus id" in lines[1]
+
+
 def test_load_policy_names_the_file(tmp_path: Path):
     path = tmp_path / "site.yaml"
     path.write_text("version: 1\ndefaults:\n  expected_gpus: 8\n", encoding="utf-8")

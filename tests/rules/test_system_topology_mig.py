@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 from gpuaudit.model.snapshot import DeviceNode, MigDevice, MigInstance, Section
+from gpuaudit.rules import evaluate
 from gpuaudit.rules.base import Severity
 
 # --- GA501 / GA502 PCIe ---------------------------------------------------------------------
@@ -15,6 +16,39 @@ def test_narrow_link_flagged_even_when_idle(make_host, make_gpu, findings):
         8,
         16,
     )
+
+
+def test_a_slot_wired_narrower_by_design_is_compared_with_its_wiring(make_host, make_gpu, findings):
+    narrow = dict(pcie_width_current=8, pcie_width_max=16)
+    gpus = [
+        make_gpu(0, pci_bus_id="0000:1B:00.0", **narrow),
+        make_gpu(1, pci_bus_id="0000:41:00.0", pcie_width_current=4, pcie_width_max=16),
+        make_gpu(2, pci_bus_id="0000:61:00.0", **narrow),
+    ]
+    # One width for the host: the x8 links are as wired, the x4 one is still narrow.
+    (f,) = findings("GA501", make_host(gpus=gpus), policy={"pcie_expected_width": 8})
+    assert (f.gpu, f.evidence.actual, f.evidence.expected) == (
+        1,
+        4,
+        {"width": 8, "gpu_maximum": 16},
+    )
+    assert "its slot is wired for x8 (pcie_expected_width)" in f.message
+    # Per slot, keys spelled as nvidia-smi prints bus ids; a slot not named keeps the maximum.
+    per_slot = {"00000000:1b:00.0": 8, "0000:41:00.0": 4}
+    found = findings("GA501", make_host(gpus=gpus), policy={"pcie_expected_width": per_slot})
+    assert [(f.gpu, f.evidence.expected) for f in found] == [(2, 16)]
+    # From the inventory's host data, as any setting.
+    host = make_host(gpus=gpus, host_data={"pcie_expected_width": 4})
+    assert findings("GA501", host) == []
+    # A width at or above the GPU's own maximum changes nothing.
+    assert len(findings("GA501", make_host(gpus=gpus), policy={"pcie_expected_width": 16})) == 3
+
+
+def test_an_expected_width_that_is_no_pcie_width_is_a_rule_error(make_host, make_gpu):
+    gpus = [make_gpu(0, pcie_width_current=8, pcie_width_max=16)]
+    host = make_host(gpus=gpus, host_data={"pcie_expected_width": "x8"})
+    (error,) = [f for f in evaluate([host]) if f.rule == "GA000"]
+    assert "pcie_expected_width: 'x8' is not a PCIe link width" in str(error.evidence.actual)
 
 
 def test_low_generation_only_flagged_under_load(make_host, make_gpu, findings):

@@ -125,6 +125,12 @@ DEFAULT_POLICY: dict[str, Any] = {
     # The replay counter counts since the driver loaded; DCGM's limit is a rate of 8 replays a
     # minute (DcgmGPUHardwareLimits.h), so 1000 is about two hours at that rate.
     "pcie_replay_limit": 1000,
+    # The PCIe width the hosts' GPU slots are wired for, where it is narrower than the GPUs'
+    # own maximum by design (a chassis whose slots or risers carry x8): GA501 then compares each
+    # link with it. None = the GPU's maximum; a number (8) for every GPU of the host; or a
+    # mapping of PCI bus ids to widths ({"0000:41:00.0": 8}) for a board whose slots differ,
+    # a GPU not named being compared with its maximum.
+    "pcie_expected_width": None,
     # Whether the host's GPUs should have active NVLinks: None = decide from the hardware (an
     # NVSwitch system, or SXM-board GPU names); true / false override.
     "nvlink_expected": None,
@@ -192,6 +198,9 @@ DEFAULT_POLICY: dict[str, Any] = {
     "disabled_rules": [],
     "severity_overrides": {},
 }
+
+# The link widths the PCIe specification defines: what pcie_expected_width may be.
+PCIE_WIDTHS = (1, 2, 4, 8, 12, 16, 32)
 
 # host_data keys that mean a policy key under another name (inventory conventions differ).
 _HOST_ALIASES = {"vendor": "gpu_vendor"}

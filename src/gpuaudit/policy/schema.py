@@ -17,10 +17,10 @@ import re
 from collections.abc import Callable, Collection, Mapping
 from typing import Any, TypeVar
 
-from yaml.nodes import Node, ScalarNode
+from yaml.nodes import MappingNode, Node, ScalarNode
 
 from gpuaudit.policy.alert_rules import load_alert_rules
-from gpuaudit.policy.defaults import DEFAULT_POLICY
+from gpuaudit.policy.defaults import DEFAULT_POLICY, PCIE_WIDTHS
 from gpuaudit.policy.nodes import Invalid, Reader, describe
 from gpuaudit.policy.upgrade import (
     DRAIN_KINDS,
@@ -119,6 +119,37 @@ def _optional_boolean(reader: Reader, node: Node, what: str) -> bool | None:
     return None if _is_null(node) else reader.boolean(node, what)
 
 
+_PCI_BUS_ID = re.compile(r"^[0-9A-F]{4}:[0-9A-F]{2}:[0-9A-F]{2}\.[0-7]$")
+
+
+def _pcie_width(reader: Reader, node: Node, what: str) -> int | dict[str, int] | None:
+    """``pcie_expected_width``: null, one width, or a width per PCI bus id (normalised)."""
+    if _is_null(node):
+        return None
+
+    def width(value: Node, where: str) -> int:
+        number = reader.integer(value, where)
+        if number not in PCIE_WIDTHS:
+            raise reader.fail(
+                value, f"{where} must be a PCIe link width ({', '.join(map(str, PCIE_WIDTHS))})"
+            )
+        return number
+
+    if isinstance(node, MappingNode):
+        from gpuaudit.model.snapshot import bus_key  # only a policy that names bus ids needs it
+
+        widths: dict[str, int] = {}
+        for key, key_node, value in reader.items(node, what):
+            bus = bus_key(key)
+            if bus is None or not _PCI_BUS_ID.match(bus):
+                raise reader.fail(
+                    key_node, f"{what}: {key!r} is not a PCI bus id (such as 0000:41:00.0)"
+                )
+            widths[bus] = width(value, f"{what}.{key}")
+        return widths
+    return width(node, what)
+
+
 def _required_models(reader: Reader, node: Node, what: str) -> list[dict[str, Any]]:
     """Models a host group must serve (rule GA802); the keys are the capacity rule's."""
     from gpuaudit.rules.capacity import ARCHITECTURE_FIELDS, MODEL_FIELDS, PLACEMENTS
@@ -200,6 +231,7 @@ _TYPES: dict[str, Check] = {
     "capacity_precisions": _number_map,
     "nvlink_error_limits": _number_map,
     "nvlink_expected": _optional_boolean,
+    "pcie_expected_width": _pcie_width,
     "required_models": _required_models,
     "datacenter_gpu_name_patterns": _regexes,
     "datacenter_gpu_name_exclusions": _regexes,

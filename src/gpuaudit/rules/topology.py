@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
+from typing import Any
 
-from gpuaudit.model.snapshot import Gpu, HostSnapshot
+from gpuaudit.model.snapshot import Gpu, HostSnapshot, bus_key
+from gpuaudit.policy.defaults import PCIE_WIDTHS
 from gpuaudit.rules import refs
 from gpuaudit.rules.audit import GPU_LIST
 from gpuaudit.rules.base import Evidence, Finding, Owner, Rule, RuleContext, Severity, rule
@@ -42,30 +44,63 @@ def _link_excerpt(snap: HostSnapshot, gpu: Gpu) -> str:
     references=_PCIE_REFS,
 )
 def pcie_width(rule: Rule, snap: HostSnapshot, ctx: RuleContext) -> Iterable[Finding]:
-    """The GPU's PCIe link trained at fewer lanes than its maximum.
+    """The GPU's PCIe link trained at fewer lanes than its maximum, or than its slot is wired
+    for where the site says so.
 
     Checks: ``pcie_width_current`` < ``pcie_width_max``, regardless of load (unlike the
-    generation, the width does not drop to save power).
+    generation, the width does not drop to save power). Where the policy's
+    ``pcie_expected_width`` names a narrower width for the GPU (one width for the host, or one
+    per PCI bus id: a chassis whose slots are wired x8 by design), the link is compared with
+    that width instead.
     Why: an x8 link halves host↔GPU bandwidth (data loading, checkpoints, NCCL over PCIe); it
     usually means a badly seated card, a damaged riser, or a slot wired narrower than it looks.
-    Evidence: current and maximum width, and the raw link block.
+    Evidence: current and maximum width (and the site's expected width), and the raw link block.
     Remediation: reseat the card or riser; check slot wiring and BIOS.
     """
+    expected: Any = _UNREAD
     for gpu in snap.gpus:
         current, maximum = gpu.pcie_width_current, gpu.pcie_width_max
         if current is None or maximum is None or current >= maximum:
             continue
+        if expected is _UNREAD:
+            expected = ctx.settings_for(snap).get("pcie_expected_width")
+        wired = _wired_width(expected, gpu)
+        if wired is not None and current >= wired:
+            continue  # as narrow as the slot is wired for: by design
+        text = f"{gpu_label(gpu)} PCIe link runs at x{current} of x{maximum}"
+        if wired is not None:
+            text += f"; its slot is wired for x{wired} (pcie_expected_width)"
         yield rule.finding(
             snap,
-            f"{gpu_label(gpu)} PCIe link runs at x{current} of x{maximum}.",
+            text + ".",
             Evidence(
                 fact=f"gpus[{gpu.index}].pcie_width_current",
                 actual=current,
-                expected=maximum,
+                expected=maximum if wired is None else {"width": wired, "gpu_maximum": maximum},
                 excerpt=_link_excerpt(snap, gpu),
             ),
             gpu=gpu.index,
         )
+
+
+_UNREAD = object()
+
+
+def _wired_width(setting: Any, gpu: Gpu) -> int | None:
+    """The width ``pcie_expected_width`` gives ``gpu``'s slot when narrower than the GPU's
+    maximum; None where it gives none. A value that is no PCIe width (host data is not checked
+    as a policy file is) is an error that names it."""
+    if setting is None:
+        return None
+    if isinstance(setting, Mapping):
+        by_bus = {bus_key(str(key)): value for key, value in setting.items()}
+        setting = by_bus.get(gpu.pci_bus_id)
+        if setting is None:
+            return None
+    if isinstance(setting, bool) or setting not in PCIE_WIDTHS:
+        raise ValueError(f"pcie_expected_width: {setting!r} is not a PCIe link width")
+    maximum = gpu.pcie_width_max
+    return int(setting) if maximum is None or setting < maximum else None
 
 
 @rule(
