@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable
+from pathlib import Path
 
 import pytest
 from page_factories import DemoPage, demo_page
@@ -12,10 +13,12 @@ from playwright.sync_api import expect
 from report_page import ReportPage
 
 from gpuaudit.model.snapshot import parse_warning
+from gpuaudit.parsers.kernel_log import parse_earlier_boots
 from gpuaudit.report.html import render_html
 from gpuaudit.report.register import build_register
 
 HOSTS = ("a100-hgx-02", "a10g-01", "v100-02")
+KLOG = Path(__file__).parents[1] / "fixtures" / "kernel-log"
 
 
 @pytest.fixture(scope="module")
@@ -77,6 +80,38 @@ def test_xid_storm_is_a_few_incidents_with_raw_lines(
     first.locator("details.excerpt summary").click()
     expect(raw).to_be_visible()
     assert raw.text_content().splitlines()[0] == events[0].raw
+
+
+def test_xids_of_earlier_boots_are_listed_with_their_boot(
+    open_report: Callable[..., ReportPage], demo: DemoPage
+) -> None:
+    # a10g-01's XIDs of this boot, and an XID 31 the journal kept from two reboots ago.
+    journal = (KLOG / "issue-dxvk-1799-xid31-mmu-fault-journalctl-k-rtx2080.log").read_text()
+    earlier = parse_earlier_boots(f"-- boot -2 --\n{journal}")
+    snapshots = dict(demo.snapshots)
+    snap = snapshots["a10g-01"]
+    snapshots["a10g-01"] = dataclasses.replace(snap, previous_boot_xid_events=earlier)
+    register = build_register(list(snapshots.values()), [], run_id="boots")
+    report = open_report(render_html(register, list(snapshots.values())))
+    page = report.page
+    section = page.locator("details.host", has=page.locator(".host-name", has_text="a10g-01"))
+    section.locator("summary").first.click()
+    total = len(snap.xid_events) + len(earlier)
+    expect(section.locator("h4", has_text="XID incidents")).to_contain_text(f"{total} events in ")
+    expect(section.locator("h4", has_text="XID incidents")).to_contain_text(
+        f"{len(earlier)} in earlier boots"
+    )
+    expect(section.locator("table.xid thead th").nth(2)).to_have_text("Boot")
+    rows = section.locator("table.xid tbody tr")
+    expect(rows.first.locator("td").nth(0)).to_have_text("XID 31")
+    expect(rows.first.locator("td").nth(2)).to_have_text("2 reboots ago")
+    expect(rows.last.locator("td").nth(2)).to_have_text("this boot")
+    # The same host without earlier events: no such column.
+    plain = open_report(demo.html).page
+    section = plain.locator("details.host", has=plain.locator(".host-name", has_text="a10g-01"))
+    section.locator("summary").first.click()
+    expect(section.locator("table.xid thead th")).to_have_count(7)
+    expect(section.locator("table.xid thead th", has_text="Boot")).to_have_count(0)
 
 
 def test_a_host_checklist_names_what_it_could_not_verify_and_why(

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
-from gpuaudit.parsers.kernel_log import parse_kernel_log
+from gpuaudit.parsers.kernel_log import parse_earlier_boots, parse_kernel_log
 from gpuaudit.report.xid_timeline import xid_view
 
 KLOG = Path(__file__).parents[1] / "fixtures" / "kernel-log"
@@ -74,3 +75,43 @@ def test_journalctl_stamps_without_a_year_keep_their_order_across_new_year() -> 
         ("XID 31", "Dec 31 23:59:58 host clock", "Jan 01 00:00:03 host clock"),
         ("XID 13", "Jan 01 00:10:00 host clock", "Jan 01 00:10:00 host clock"),
     ]
+
+
+JOURNAL_A = "issue-dxvk-1799-xid31-mmu-fault-journalctl-k-rtx2080.log"
+JOURNAL_B = "issue-open-gpu-kernel-modules-1151-rm-init-adapter-osinitnvmapping-journalctl.log"
+DMESG = "issue-gpu-operator-649-rminitadapter-failed-two-vgpus.log"
+
+
+def test_earlier_boots_incidents_come_first_each_saying_its_boot() -> None:
+    a, b = ((KLOG / n).read_text(encoding="utf-8").rstrip("\n") for n in (JOURNAL_A, JOURNAL_B))
+    earlier = parse_earlier_boots(f"-- boot -3 --\n{a}\n-- boot -1 --\n{a}\n{b}\n")
+    running = parse_kernel_log((KLOG / DMESG).read_text(encoding="utf-8"))
+    view = xid_view(running, "2024-01-10T08:00:00Z", earlier, earlier_cut=True)
+    assert (
+        (view["total"], view["earlier"])
+        == (len(earlier) + len(running), len(earlier))
+        == (
+            13,
+            7,
+        )
+    )
+    # The same XID on the same GPU in two boots is two incidents, the oldest boot first.
+    assert [(i["boot"], i["what"], i["gpu"], i["count"]) for i in view["incidents"]] == [
+        ("3 reboots ago", "XID 31", "0000:C1:00.0 (not a listed GPU)", 2),
+        ("the boot before this one", "XID 31", "0000:C1:00.0 (not a listed GPU)", 2),
+        ("the boot before this one", "GPU did not come up", "0000:09:00.0 (not a listed GPU)", 3),
+        ("", "GPU did not come up", "0000:04:01.0 (not a listed GPU)", 3),
+        ("", "GPU did not come up", "0000:04:02.0 (not a listed GPU)", 3),
+    ]
+    # journalctl's stamps are the host's clock; the running boot's seconds are dated from its
+    # boot time, which says nothing of the earlier boots.
+    assert view["incidents"][0]["first_seen"] == "Nov 29 11:28:11 host clock"
+    assert view["incidents"][3]["first_seen"] == "2024-01-10 08:18:17 UTC from boot"
+    assert view["notes"][-1].startswith("The journal's log of the earlier boots was cut")
+    # A snapshot older than schema 1.4 tags no boot: its previous-boot events are boot -1.
+    untagged = [replace(e, boot=None) for e in parse_kernel_log(a)]
+    (incident,) = xid_view((), None, untagged)["incidents"]
+    assert incident["boot"] == "the boot before this one"
+    # Without earlier events nothing says boots.
+    assert {i["boot"] for i in view_of(DMESG)["incidents"]} == {""}
+    assert view_of(DMESG)["earlier"] == 0

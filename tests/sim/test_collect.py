@@ -308,6 +308,14 @@ def test_an_xid_two_reboots_ago_is_still_read_from_the_journal(
     assert [(f.gpu, f.severity.value) for f in findings] == [(5, "high")]
     assert "in an earlier boot, 2 reboots ago" in findings[0].message
     assert findings[0].evidence.actual["boots"] == [-2]
+    # The host's page lists it too, with its boot.
+    from gpuaudit.report.views import host_view
+
+    xid = host_view(snap, "twice", (), ())["xid"]
+    assert xid["earlier"] == len(snap.previous_boot_xid_events)
+    assert ("XID 79", "GPU 5", "2 reboots ago") in {
+        (i["what"], i["gpu"], i["boot"]) for i in xid["incidents"]
+    }
 
 
 def test_a_journal_without_earlier_boots_leaves_ga313_unjudged(

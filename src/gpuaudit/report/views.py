@@ -397,7 +397,12 @@ def host_view(
         "services": [[s.name, s.active, s.enabled] for s in snapshot.services] or None,
         "sysctls": [[key, value] for key, value in sorted(snapshot.sysctls.items())] or None,
         "device_nodes": [[d.path, d.mode, d.owner, d.group] for d in snapshot.device_nodes] or None,
-        "xid": xid_view(snapshot.xid_events, snapshot.os.boot_time),
+        "xid": xid_view(
+            snapshot.xid_events,
+            snapshot.os.boot_time,
+            snapshot.previous_boot_xid_events,
+            snapshot.previous_boot_log_truncated,
+        ),
         "kernel_log_truncated": snapshot.kernel_log_truncated,
         "findings": list(finding_ids),
         "severity_counts": counts,

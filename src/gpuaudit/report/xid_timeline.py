@@ -198,6 +198,7 @@ class XidIncident:
 
     what: str  # "XID 79", "SXid 12028", "GPU fell off the bus", "GPU did not come up"
     gpu: str  # "GPU 3"; the bus id where no GPU the host listed has it (lost GPU, NVSwitch)
+    boot: str  # "" in the running boot; "the boot before this one", "2 reboots ago"
     count: int
     first_seen: str
     last_seen: str
@@ -232,22 +233,35 @@ def _raw_lines(events: Sequence[XidEvent]) -> str:
     return "\n".join(lines)
 
 
-def _incidents(timed: Sequence[tuple[XidEvent, LogTime]]) -> list[XidIncident]:
-    """The events grouped by kind, code and GPU, in the order the incidents began."""
-    groups: dict[tuple[str, int | None, str], list[tuple[XidEvent, LogTime]]] = {}
-    for event, time in sorted(timed, key=lambda pair: pair[1].key):
-        groups.setdefault((event.kind, event.code, _event_gpu(event)), []).append((event, time))
+def boot_label(boot: int) -> str:
+    """Which boot a log was of, counted back from the running one (0)."""
+    if boot == 0:
+        return ""
+    return "the boot before this one" if boot == -1 else f"{-boot} reboots ago"
+
+
+Timed = tuple[XidEvent, LogTime, int]  # an event, its time, its boot (0: the running one)
+
+
+def _incidents(timed: Sequence[Timed]) -> list[XidIncident]:
+    """The events grouped by boot, kind, code and GPU, in the order the incidents began: the
+    oldest boot's first (the clocks of two boots' logs cannot always be compared)."""
+    groups: dict[tuple[int, str, int | None, str], list[tuple[XidEvent, LogTime]]] = {}
+    for event, time, boot in sorted(timed, key=lambda each: (each[2], each[1].key)):
+        key = (boot, event.kind, event.code, _event_gpu(event))
+        groups.setdefault(key, []).append((event, time))
     return [
         XidIncident(
             what=_what(group[0][0]),
             gpu=gpu,
+            boot=boot_label(boot),
             count=len(group),
             first_seen=group[0][1].text,
             last_seen=group[-1][1].text,
             message=group[0][0].message,
             raw=_raw_lines([event for event, _ in group]),
         )
-        for (_kind, _code, gpu), group in groups.items()
+        for (boot, _kind, _code, gpu), group in groups.items()
     ]
 
 
@@ -257,31 +271,50 @@ _NEW_YEAR_BACKSTEP_S = 180 * 86400.0
 _YEAR_S = 400 * 86400.0  # more than any (month, day) value apart: keeps later years later
 
 
-def _across_years(
-    timed: list[tuple[XidEvent, LogTime]],
-) -> list[tuple[XidEvent, LogTime]]:
-    """Year-less stamps ordered as the log has them where it runs past a new year."""
+def _across_years(timed: list[Timed]) -> list[Timed]:
+    """Year-less stamps ordered as the logs have them where they run past a new year (the
+    logs in time order: the earlier boots', oldest first, then the running boot's)."""
     years, previous, out = 0, None, []
-    for event, time in timed:
+    for event, time, boot in timed:
         if time.rank == 1:
             if previous is not None and time.value < previous - _NEW_YEAR_BACKSTEP_S:
                 years += 1
             previous = time.value
             time = dataclasses.replace(time, value=time.value + years * _YEAR_S)
-        out.append((event, time))
+        out.append((event, time, boot))
     return out
 
 
-def xid_view(events: Sequence[XidEvent], boot_time: str | None = None) -> dict[str, Any]:
+EARLIER_CUT_NOTE = (
+    "The journal's log of the earlier boots was cut (too long, or a boot could not be read in "
+    "time): an earlier boot may have held more events than listed."
+)
+
+
+def xid_view(
+    events: Sequence[XidEvent],
+    boot_time: str | None = None,
+    earlier: Sequence[XidEvent] = (),
+    earlier_cut: bool = False,
+) -> dict[str, Any]:
     """A host's XID section as page data: its incidents and notes on the clocks they read.
-    ``boot_time`` (ISO 8601 UTC) dates the stamps that count seconds since boot."""
+    ``boot_time`` (ISO 8601 UTC) dates the running boot's stamps that count seconds since
+    boot; ``earlier`` are the events of the boots before it (``previous_boot_xid_events``,
+    oldest boot first), each incident of them saying which boot it was in, and ``earlier_cut``
+    whether the journal's log of them was cut."""
     booted = _epoch(boot_time)
-    timed = _across_years([(event, log_time(event.timestamp, booted)) for event in events])
+    timed = [(e, log_time(e.timestamp), -1 if e.boot is None else e.boot) for e in earlier]
+    timed += [(event, log_time(event.timestamp, booted), 0) for event in events]
+    timed = _across_years(timed)
     incidents = _incidents(timed)
-    clocks = {time.clock for _, time in timed}
+    clocks = {time.clock for _, time, _ in timed}
+    notes = [note for clock, note in CLOCK_NOTES.items() if clock in clocks]
+    if earlier_cut:
+        notes.append(EARLIER_CUT_NOTE)
     return {
-        "total": len(events),
+        "total": len(timed),
+        "earlier": len(earlier),
         "incidents": [dataclasses.asdict(i) for i in incidents[:MAX_INCIDENTS]],
         "omitted": max(0, len(incidents) - MAX_INCIDENTS),
-        "notes": [note for clock, note in CLOCK_NOTES.items() if clock in clocks],
+        "notes": notes,
     }

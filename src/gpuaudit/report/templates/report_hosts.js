@@ -122,16 +122,23 @@ function topologyBlock(topo) {
 
 function xidBlock(xid) {
   var incidents = xid.incidents.length + xid.omitted;
+  // Events of the boots before the running one (the journal's) say which boot they were in.
+  var boots = xid.earlier > 0;
+  var earlier = boots ? ", " + (xid.earlier === xid.total ? "all" : xid.earlier) +
+    " in earlier boots" : "";
   var block = add(el("div"), el("h4", null, "XID incidents (" + plural(xid.total, "event") +
-    " in " + plural(incidents, "incident") + ")"));
+    " in " + plural(incidents, "incident") + earlier + ")"));
   var rows = xid.incidents.map(function (i) {
-    return [{text: i.what, cls: "nowrap"}, {text: i.gpu, cls: "nowrap"},
+    var row = [{text: i.what, cls: "nowrap"}, {text: i.gpu, cls: "nowrap"},
       {text: i.count, cls: "num"}, {text: i.first_seen, cls: "nowrap"},
       {text: i.last_seen, cls: "nowrap"}, {text: i.message, cls: "wrap"},
       {node: excerpt(i.count === 1 ? "log line" : plural(i.count, "log line"), i.raw)}];
+    if (boots) { row.splice(2, 0, {text: i.boot || "this boot", cls: "nowrap"}); }
+    return row;
   });
-  add(block, scroller(table("xid", ["XID", "GPU", "Count", "First seen", "Last seen",
-    "First message", "Raw"], rows)));
+  var heads = ["XID", "GPU", "Count", "First seen", "Last seen", "First message", "Raw"];
+  if (boots) { heads.splice(2, 0, "Boot"); }
+  add(block, scroller(table("xid", heads, rows)));
   if (xid.omitted) {
     add(block, el("p", "small muted", plural(xid.omitted, "more incident") +
       " not listed; the host's snapshot keeps every event."));
