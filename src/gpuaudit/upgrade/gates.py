@@ -150,12 +150,18 @@ def health_gate(
     target_version: str,
     expected_gpus: int | None,
     extra: Sequence[GateCheck] = (),
+    *,
+    events_since: HostSnapshot | None = None,
 ) -> GateResult:
     """Whether the host is healthy on ``target_version``: ``after`` against ``before``.
 
     ``after`` is None when the host did not answer within the gate's wait: inconclusive.
-    ``expected_gpus`` None: as many GPUs as ``before`` listed.
+    ``expected_gpus`` None: as many GPUs as ``before`` listed. ``events_since``: the snapshot
+    new errors (XIDs, ECC counts, row remaps and retired pages) are counted from, where it is
+    not ``before`` (a rollback's re-check: from the failed gate's audit); the GPUs and the
+    services are still compared with ``before``.
     """
+    since = events_since or before
     if after is None:
         detail = "the host did not answer within the gate's wait: no snapshot after the upgrade"
         return combine([GateCheck("host_returned", "inconclusive", detail), *extra])
@@ -167,9 +173,9 @@ def health_gate(
         GateCheck("host_returned", "pass", "the host answered and was collected again"),
         driver_check(after, target_version),
         gpus_check(before, after, expected_gpus),
-        xid_check(before, after),
-        ecc_check(before, after),
-        row_remap_check(before, after),
+        xid_check(since, after),
+        ecc_check(since, after),
+        row_remap_check(since, after),
         persistence_check(before, after),
         fabric_manager_check(before, after),
     ]

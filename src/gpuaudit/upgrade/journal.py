@@ -399,6 +399,18 @@ class HostState:
     def is_finished(self, step: Step | str) -> bool:
         return _enum(Step, step) in self.finished_steps
 
+    def latest(self, step: Step | str) -> Event | None:
+        """The step's latest event other than ``info``; None where it has none."""
+        wanted = _enum(Step, step)
+        return next(
+            (
+                e
+                for e in reversed(self.events)
+                if e.step is wanted and e.status is not EventStatus.INFO
+            ),
+            None,
+        )
+
     @property
     def failed(self) -> bool:
         """The host failed in this rollout: rolled back, or failed and left as it stood."""
@@ -472,8 +484,18 @@ def _host_state(name: str, events: list[Event]) -> HostState:
             gates.append(gate)
     by_seq = sorted(latest.values(), key=lambda e: e.seq)
     finished = tuple(e.step for e in by_seq if e.status in (EventStatus.DONE, EventStatus.SKIPPED))
-    # The host's own `rollout` event spans all its steps; it is never the step to repeat.
-    started = [e for e in by_seq if e.status is EventStatus.STARTED and e.step is not Step.ROLLOUT]
+    # The host's own `rollout` event spans all its steps; it is never the step to repeat. A
+    # reboot is part of the reload step that began it: a reload event after a reboot that only
+    # started (the controller stopped during the reboot, and a resumed one repeated the reload)
+    # leaves that reboot behind, never in progress.
+    reload = latest.get(Step.RELOAD)
+    started = [
+        e
+        for e in by_seq
+        if e.status is EventStatus.STARTED
+        and e.step is not Step.ROLLOUT
+        and not (e.step is Step.REBOOT and reload is not None and reload.seq > e.seq)
+    ]
     failed = [e for e in by_seq if e.status is EventStatus.FAILED]
     in_progress = started[-1] if started else None
     failure = failed[-1] if failed else None

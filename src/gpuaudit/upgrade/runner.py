@@ -55,21 +55,28 @@ from gpuaudit.report.run import RunDir
 from gpuaudit.upgrade.drain import drain_commands
 from gpuaudit.upgrade.gate_types import GateCheck, GateResult
 from gpuaudit.upgrade.gates import health_gate
+from gpuaudit.upgrade.health import expected_gpu_count
 from gpuaudit.upgrade.host_checks import dcgm_diag_check, dcgm_diag_command, host_answer
 from gpuaudit.upgrade.journal import (
     JOURNAL_FILE,
+    EventStatus,
     HostOutcome,
+    HostState,
     Journal,
     RolloutMeta,
     RolloutStatus,
+    Step,
     load_state,
+    parse_utc,
+    utc_now,
     write_rollout_json,
 )
-from gpuaudit.upgrade.lease import Lease, LeaseHeld, acquire
+from gpuaudit.upgrade.lease import Lease, LeaseError, LeaseHeld, acquire
 from gpuaudit.upgrade.plan import (
     HostPlan,
     InventoryHost,
     RolloutPlan,
+    StagePlan,
     halt_reason,
     may_start,
     plan_rollout,
@@ -123,9 +130,10 @@ class Rollout:
         self.meta: RolloutMeta | None = None
         self.progress = Progress()
         self._journal_lock = threading.Lock()
+        self._lease_lock = threading.Lock()
         self._audits = 0
-        # The audit each host's gate read: a rollback is re-checked against it, so that what
-        # the failed driver logged is not held against the version the host goes back to.
+        # The audit each host's gate read: a rollback's re-check counts new errors from it, so
+        # that what the failed driver logged is not held against the version it goes back to.
         self._gated: dict[str, HostSnapshot] = {}
 
     # --- planning -------------------------------------------------------------------------
@@ -249,10 +257,29 @@ class Rollout:
                 file=sys.stderr,
             )
             return EXIT_LEASE
+        stop = threading.Event()
+        heartbeat = threading.Thread(
+            target=self._keep_lease, args=(lease, stop), name="lease", daemon=True
+        )
+        heartbeat.start()
         try:
             return self._run(lease)
         finally:
+            stop.set()
+            heartbeat.join()
             lease.release()
+
+    def _keep_lease(self, lease: Lease, stop: threading.Event) -> None:
+        """Renew the lease every quarter of its time while the controller works: a soak, a
+        reboot or a long diagnostic outlasts it, and an expired lease can be taken over by a
+        second controller. Once it is lost, no further host is started."""
+        while not stop.wait(LEASE_TTL_S / 4):
+            try:
+                with self._lease_lock:
+                    lease.renew()
+            except LeaseError as lost:
+                self._halt(f"the lease was lost ({lost}): no further host is started")
+                return
 
     def _run(self, lease: Lease) -> int:
         assert self.plan is not None and self.meta is not None
@@ -287,8 +314,16 @@ class Rollout:
                     version_before=host.current_version,
                     pin_before=_pin(host),
                 )
+        self._finish_decided()
         for stage in self.plan.stages:
-            todo = [h for h in stage.to_upgrade if not self._finished(h.name)]
+            # Counted from the journal before any host of the stage starts: a controller that
+            # stopped between a failure and its halt, or a --resume of a halted rollout, must
+            # not start a host the budget no longer allows.
+            over = self._over_failure_budget()
+            if over:
+                self._halt(over)
+                break
+            todo = [h for h in self._stage_hosts(stage) if not self._finished(h.name)]
             if todo:
                 self._run_stage(stage.name, todo, lease)
             if self.progress.halt or self.progress.pause:
@@ -297,16 +332,49 @@ class Rollout:
                 self._soak()
         if self.progress.pause:
             self.record(None, "pause", "info", self.progress.pause)
-            return EXIT_PAUSED
-        if self.progress.halt:
+            if not self.progress.halt:
+                return EXIT_PAUSED
+        if self.progress.halt:  # a halt is the stronger: it is recorded last
             self.record(None, "halt", "info", self.progress.halt)
             return EXIT_HALTED
         self.record(None, "rollout", "done", "every stage finished")
         return 0
 
+    def _stage_hosts(self, stage: StagePlan) -> list[HostPlan]:
+        """The stage's hosts to upgrade, and any host of it that the journal shows this
+        rollout began and did not finish although the plan, made again on resume, would now
+        skip it (a waiver or the policy changed meanwhile): a host left mid-upgrade is carried
+        on, never abandoned drained."""
+        state = load_state(self.dir)
+        return [
+            h
+            for h in stage.hosts
+            if h.action == "upgrade" or state.host(h.name).latest("rollout") is not None
+        ]
+
+    def _finish_decided(self) -> None:
+        """Carry out, before any stage, what a controller before this one decided and did not
+        finish, whatever the budgets now allow (it undoes or ends a change already made): the
+        rollback of a host whose step or gate failed, and the undrain of a host rolled back
+        and re-checked (healthy on its old driver; left drained it would count against
+        max_unavailable for the rest of the rollout)."""
+        assert self.plan is not None
+        for host in self.plan.hosts:
+            known = load_state(self.dir).host(host.name)
+            due = _rollback_due(known)
+            if due is not None:
+                self._roll_back(host.name, due)
+            elif known.outcome is HostOutcome.ROLLED_BACK and not known.is_finished("undrain"):
+                self._step_once(host.name, "undrain", partial(self._drain, host.name, undrain=True))
+
     def _finished(self, name: str) -> bool:
-        outcome = load_state(self.dir).host(name).outcome
-        return outcome in (HostOutcome.UPGRADED, HostOutcome.ROLLED_BACK, HostOutcome.FAILED)
+        """Whether the host is done with: upgraded, rolled back, or failed and left as it
+        stood; a host whose step failed and whose rollback never began (the controller stopped
+        in between) is not: its rollback is still to run."""
+        state = load_state(self.dir).host(name)
+        if state.outcome is HostOutcome.FAILED:
+            return _rollback_due(state) is None
+        return state.outcome in (HostOutcome.UPGRADED, HostOutcome.ROLLED_BACK)
 
     def _run_stage(self, stage: str, hosts: list[HostPlan], lease: Lease) -> None:
         """Start the stage's hosts in order, each once :func:`may_start` allows it: at most
@@ -378,7 +446,8 @@ class Rollout:
                 return  # no further host is touched
             self.progress.running.add(host.name)
         try:
-            lease.renew()
+            with self._lease_lock:
+                lease.renew()
             ok = self._upgrade_host(host)
         finally:
             with self.progress.lock:
@@ -403,10 +472,22 @@ class Rollout:
         return halt_reason(self.settings, canary, waves)
 
     def _soak(self) -> None:
+        """Wait ``soak_seconds`` after the canary, once per rollout: a resumed controller
+        waits only what is left of a soak begun before it, and none after one that ended."""
         if self.settings.soak_seconds <= 0 or self.progress.halt:
             return
-        self.record(None, "soak", "started", f"{self.settings.soak_seconds} s after the canary")
-        time.sleep(self.settings.soak_seconds)
+        events = [e for e in load_state(self.dir).events if e.host is None and e.step is Step.SOAK]
+        if any(e.status is EventStatus.DONE for e in events):
+            return
+        begun = [e for e in events if e.status is EventStatus.STARTED]
+        wait_s = float(self.settings.soak_seconds)
+        if begun:
+            elapsed = (utc_now() - parse_utc(begun[0].at)).total_seconds()
+            wait_s = min(wait_s, max(0.0, wait_s - elapsed))
+            self.record(None, "soak", "info", f"resumed: {wait_s:.0f} s of the soak left")
+        else:
+            self.record(None, "soak", "started", f"{self.settings.soak_seconds} s after the canary")
+        time.sleep(wait_s)
         self.record(None, "soak", "done")
 
     # --- one host ---------------------------------------------------------------------------
@@ -417,6 +498,11 @@ class Rollout:
         state = load_state(self.dir).host(name)
         if state.outcome is HostOutcome.UNTOUCHED:
             self.record(name, "rollout", "started", f"{host.current_version} → {self.opts.target}")
+        # What a controller before this one decided stands: a rollback it began, or a failure
+        # it had not yet rolled back, is carried out, never followed by the next step.
+        due = _rollback_due(state)
+        if due is not None:
+            return self._roll_back(name, due)
         if not self._step_once(name, "drain", lambda: self._drain(name, undrain=False)):
             return False
         for step in DEPLOY_STEPS:
@@ -425,13 +511,23 @@ class Rollout:
                 if step == "reload"
                 else partial(self._deploy, name, step)
             )
-            if not self._step_once(name, step, action):
-                return self._roll_back(name, f"{step} failed")
-        gate = self._gate(name, self.opts.target)
-        if gate is None:
-            return True  # paused: the gate runs again on --resume
-        if gate.outcome == "fail":
-            return self._roll_back(name, f"health gate failed: {gate.summary()}")
+            try:
+                if not self._step_once(name, step, action):
+                    return self._roll_back(name, f"{step} failed")
+            except _HostNotBack as lost:
+                self.record(name, step, "info", str(lost))
+                with self.progress.lock:
+                    self.progress.pause = f"{name}: {lost}"
+                return True  # paused: the step runs again on --resume
+        gate_event = load_state(self.dir).host(name).latest("gate")
+        if gate_event is None or gate_event.status is not EventStatus.DONE:
+            gate = self._gate(name, self.opts.target)
+            if gate is None:
+                return True  # paused: the gate runs again on --resume
+            if gate.outcome == "fail":
+                return self._roll_back(name, f"health gate failed: {gate.summary()}")
+        # else the gate passed before the controller stopped: it is not run again, so nothing
+        # a second audit would read (a user's job's XID since) can undo its verdict.
         if not self._step_once(name, "undrain", lambda: self._drain(name, undrain=True)):
             return False
         self.record(
@@ -477,15 +573,37 @@ class Rollout:
         return done.returncode == 0, _pyinfra_summary(done.stdout + done.stderr, name)
 
     def _reload(self, name: str) -> tuple[bool, str]:
+        """Reload the driver, or reboot (``reboot: always``, or ``auto`` where the reload is
+        refused); a host that does not answer within ``gate.wait_for_host_seconds`` of its
+        reboot raises :class:`_HostNotBack`: the rollout pauses for a person."""
         if self.settings.reboot == "always":
-            return self._deploy(name, "reboot")
+            return self._reboot(name)
+        begun = load_state(self.dir).host(name).latest("reboot")
         ok, detail = self._deploy(name, "reload")
+        if ok and begun is not None and begun.status is EventStatus.STARTED:
+            # A reboot the controller before this one began; the driver now reloads (the
+            # reboot happened, or the module is no longer held): it is not repeated.
+            self.record(name, "reboot", "skipped", "not repeated: the reload succeeded")
         if ok or self.settings.reboot == "never":
             return ok, detail
         self.record(name, "reboot", "started", f"the reload was refused: {detail[-200:]}")
-        rebooted, why = self._deploy(name, "reboot")
+        try:
+            rebooted, why = self._reboot(name)
+        except _HostNotBack as lost:
+            self.record(name, "reboot", "info", str(lost))
+            raise
         self.record(name, "reboot", "done" if rebooted else "failed", why)
         return rebooted, "reloaded by a reboot" if rebooted else why
+
+    def _reboot(self, name: str) -> tuple[bool, str]:
+        wait = self.settings.gate.wait_for_host_seconds
+        ok, detail = self._deploy(name, "reboot", gpuaudit_reboot_timeout=str(wait))
+        if not ok and REBOOT_NOT_BACK in detail:
+            raise _HostNotBack(
+                f"the host did not answer within {wait} s of its reboot "
+                f"(gate.wait_for_host_seconds): {detail[-200:]}"
+            )
+        return ok, detail
 
     def _drain(self, name: str, undrain: bool) -> tuple[bool | None, str]:
         commands = drain_commands(self.settings.drain, name, self.opts.target, undrain)
@@ -514,14 +632,19 @@ class Rollout:
         return result
 
     def _judge(
-        self, name: str, before: HostSnapshot, after: HostSnapshot | None, version: str
+        self,
+        name: str,
+        before: HostSnapshot,
+        after: HostSnapshot | None,
+        version: str,
+        since: HostSnapshot | None = None,
     ) -> GateResult:
-        """The health gate of ``after`` against ``before``, with the gate's commands run on
-        the host when it answered."""
-        expected = self.before[name].host_data.get("expected_gpu_count")
-        gpus = expected if isinstance(expected, int) else None
+        """The health gate of ``after`` against ``before`` (new errors counted from ``since``
+        where given), with the gate's commands run on the host when it answered. The GPUs
+        expected are the host's ``expected_gpu_count`` setting (policy and host data)."""
+        gpus = expected_gpu_count(self.before[name], self.policy)
         extra = self._gate_commands(name) if after is not None else ()
-        return health_gate(before, after, version, gpus, extra)
+        return health_gate(before, after, version, gpus, extra, events_since=since)
 
     def _gate_commands(self, name: str) -> tuple[GateCheck, ...]:
         """DCGM's own diagnostic (``dcgmi diag -r <level>``, judged by the tests it reports)
@@ -591,8 +714,12 @@ class Rollout:
         return False
 
     def _recheck(self, name: str, version: str) -> GateResult:
+        """The host after its rollback against the audit before the rollout: every GPU and
+        service it had then must be back. Only new errors are counted from the audit the
+        failed gate read, so that what the failed driver logged is not held against the
+        version the host goes back to."""
         after = self.audit_host(name, "rollback")
-        result = self._judge(name, self._gated.get(name, self.before[name]), after, version)
+        result = self._judge(name, self.before[name], after, version, self._gated.get(name))
         self.record(
             name,
             "gate",
@@ -601,6 +728,33 @@ class Rollout:
             **result.to_dict(),
         )
         return result
+
+
+class _HostNotBack(Exception):
+    """The host did not answer in time after its reboot: neither a pass nor a failure."""
+
+
+# What deploys/driver_upgrade.py's reboot step says of a host that did not come back
+# (gpuaudit.operations.upgrade.reboot_and_wait).
+REBOOT_NOT_BACK = "did not come back within"
+
+# The steps whose failure the controller answers with a rollback.
+_ROLLED_BACK_AFTER = frozenset({*DEPLOY_STEPS, "gate"})
+
+
+def _rollback_due(state: HostState) -> str | None:
+    """Why the host is to be rolled back now, where the journal says it was to be and the
+    rollback did not end: a rollback begun (its latest event ``started``), or a deploy step
+    or the gate failed with no rollback after it. None otherwise."""
+    rollback = state.latest("rollback")
+    if rollback is not None:
+        if rollback.status is not EventStatus.STARTED:
+            return None
+        return rollback.detail.partition("; back to")[0] or "rollback in progress"
+    failed = state.failed_step
+    if state.outcome is HostOutcome.FAILED and failed is not None:
+        return state.reason if failed.value in _ROLLED_BACK_AFTER else None
+    return None
 
 
 def _run(
