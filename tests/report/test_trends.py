@@ -288,15 +288,23 @@ def test_a_full_run_after_an_interrupted_one_reports_no_old_risk_as_new(tmp_path
     ]
     write_run(tmp_path, "20261102T000000Z", [snaps[0], *stopped], findings[:1], scope=FLEET)
     trends = write_run(tmp_path, "20261103T000000Z", snaps, findings, scope=FLEET)["trends"]
-    assert trends["previous_run_id"] == "20261102T000000Z"  # it holds all three hosts
+    # The interrupted run looked at one of its three hosts: the full run before it is the one
+    # compared with.
+    assert trends["previous_run_id"] == "20261101T000000Z"
+    assert trends["new"] == [] and trends["resolved"] == []
+    assert sorted(trends["persisting"]) == ["GA106", "GA301:79", "GA601:net.core.rmem_max"]
+    # Compared with the interrupted run itself (--previous), b's and c's risks were there all
+    # along; that run did not look at them.
+    trends = write_run(
+        tmp_path, "20261104T000000Z", snaps, findings, previous=tmp_path / "20261102T000000Z"
+    )["trends"]
     assert trends["new"] == [] and trends["resolved"] == []
     assert trends["persisting"] == ["GA601:net.core.rmem_max"]
-    # b's and c's risks were there all along; the interrupted run did not look at them.
     assert trends["risks_not_judged_before"] == ["GA106", "GA301:79"]
-    page = (tmp_path / "20261103T000000Z/index.html").read_text()
+    page = (tmp_path / "20261104T000000Z/index.html").read_text()
     panel = page.split('id="trends"', 1)[1].split("</section>", 1)[0]
     assert "GA106" in panel.split("trend-risks_not_judged_before", 1)[1].split("</div>", 1)[0]
-    digest = (tmp_path / "20261103T000000Z/summary.md").read_text()
+    digest = (tmp_path / "20261104T000000Z/summary.md").read_text()
     assert "- New risks: 0" in digest and "GA106" in digest
 
 
@@ -529,3 +537,46 @@ def test_a_run_is_never_compared_with_itself(tmp_path: Path) -> None:
     (tmp_path / "20261102T000000Z").symlink_to(run.path)
     assert find_previous(run.path) == tmp_path / "20261101T000000Z"
     assert find_previous(tmp_path / "latest") == tmp_path / "20261101T000000Z"
+
+
+def test_fleet_checks_are_not_compared_when_the_peers_could_not_be_reached(
+    tmp_path: Path,
+) -> None:
+    """The same three hosts, but b and c unreachable this time: a's drift finding went because
+    it had no audited peer to drift from, which is no fix."""
+    drift = finding("GA701", Severity.MEDIUM, "a", category="consistency", gpu_index=None)
+    snaps, findings = three_hosts()
+    write_run(tmp_path, "20261101T000000Z", snaps, [*findings, drift], scope=FLEET)
+    now = [healthy_host("a"), unreachable_host("b"), unreachable_host("c")]
+    trends = write_run(tmp_path, "20261102T000000Z", now, findings[:1], scope=FLEET)["trends"]
+    assert trends["compared_hosts"] == 3 and trends["hosts_removed"] == []
+    assert "GA701" not in [r["id"] for r in trends["resolved"]]
+    assert trends["fleet_not_compared"] == ["GA701"]
+    # And back: the drift found again once the peers answer is not new either.
+    outage = tmp_path / "20261102T000000Z"
+    again = write_run(tmp_path, "20261103T000000Z", snaps, [*findings, drift], previous=outage)
+    assert again["trends"]["previous_run_id"] == "20261102T000000Z"
+    assert "GA701" not in again["trends"]["new"]
+    assert again["trends"]["fleet_not_compared"] == ["GA701"]
+
+
+def test_a_run_that_reached_no_host_is_not_the_default_previous(tmp_path: Path) -> None:
+    hosts = ("h1", "h2")
+    write_run(tmp_path, "20261101T000000Z", [healthy_host(h) for h in hosts], [], scope=FLEET)
+    # An outage: every host unreachable. It holds their snapshots, but looked at none.
+    outage = [unreachable_host(h) for h in hosts]
+    write_run(tmp_path, "20261102T000000Z", outage, [], scope=FLEET)
+    current = new_run_dir(tmp_path, "20261103T000000Z")
+    assert find_previous(current.path, hosts, FLEET) == tmp_path / "20261101T000000Z"
+    # A run that reached half of them is a run like any other: the newest is taken.
+    half = [healthy_host("h1"), unreachable_host("h2")]
+    write_run(tmp_path, "20261102T120000Z", half, [], scope=FLEET)
+    assert find_previous(current.path, hosts, FLEET) == tmp_path / "20261102T120000Z"
+    # Without one that reached more, the outage run is still better than none.
+    (tmp_path / "20261102T120000Z" / "register.json").unlink()
+    (tmp_path / "20261101T000000Z" / "register.json").unlink()
+    assert find_previous(current.path, hosts, FLEET) == tmp_path / "20261102T000000Z"
+    # A register whose head cannot be read counts as one that reached its hosts.
+    write_run(tmp_path, "20261101T120000Z", outage, [], scope=FLEET)
+    (tmp_path / "20261101T120000Z" / "register.json").write_text("{}\n")
+    assert find_previous(current.path, hosts, FLEET) == tmp_path / "20261101T120000Z"

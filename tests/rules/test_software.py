@@ -1,8 +1,15 @@
 from __future__ import annotations
 
+from pathlib import Path
+
 from gpuaudit.model.snapshot import HostStatus, Package, Section
+from gpuaudit.parsers.rocm_smi import parse_rocm_smi_showallinfo
 from gpuaudit.parsers.system import parse_lspci
-from gpuaudit.rules.base import Severity
+from gpuaudit.rules import assess
+from gpuaudit.rules.base import Outcome, Severity
+
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
+MI300X = "thamada-4x-mi300x-rocm-smi-showallinfo.txt"
 
 NOT_RESPONDING = (
     "NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver. Make sure "
@@ -113,3 +120,34 @@ def test_driver_not_the_desired_version(make_host, findings):
     (f,) = findings("GA107", make_host(host_data={"desired_driver_version": "570.86.15"}))
     assert (f.evidence.actual, f.evidence.expected) == ("550.127.05", "570.86.15")
     assert findings("GA107", make_host(), policy={"desired_driver_version": "550.127.05"}) == []
+
+
+def test_driver_not_of_the_desired_branch(make_host, findings):
+    (f,) = findings("GA107", make_host(), policy={"desired_driver_branch": "560"})
+    assert (f.evidence.actual, f.evidence.expected) == ("550.127.05", "560.x")
+    assert f.message == "Driver 550.127.05 is installed; the policy wants the 560 branch."
+    assert findings("GA107", make_host(), policy={"desired_driver_branch": "550"}) == []
+    # A host's own branch clears a site-wide exact version (one of the two is in force).
+    host = make_host(host_data={"desired_driver_branch": "550"})
+    assert findings("GA107", host, policy={"desired_driver_version": "550.90.07"}) == []
+    host = make_host(host_data={"desired_driver_branch": "535"})
+    (f,) = findings("GA107", host, policy={"desired_driver_version": "550.127.05"})
+    assert f.evidence.expected == "535.x"
+
+
+def test_an_amd_host_is_not_held_to_an_nvidia_driver_version(make_host):
+    """The real rocm-smi report of a 4× MI300X host: its ROCm version is not an NVIDIA driver,
+    and a site-wide desired driver does not make a finding of it, even where the inventory
+    says the host is AMD."""
+    gpus = parse_rocm_smi_showallinfo((FIXTURES / "rocm-smi" / MI300X).read_text())
+    amd = make_host(
+        "amd-01", gpus=gpus, driver_version=None, driver_version_proc=None,
+        host_data={"vendor": "amd"},
+    )  # fmt: skip
+    assert gpus and {g.vendor for g in gpus} == {"amd"} and gpus[0].driver_version
+    for policy in ({"desired_driver_version": "550.127.05"}, {"desired_driver_branch": "550"}):
+        evaluation = assess([amd, make_host("nv-01")], policy)
+        assert [f.host for f in evaluation.findings if f.rule == "GA107"] == []
+        (outcome,) = [o for o in evaluation.outcomes if (o.host, o.rule) == ("amd-01", "GA107")]
+        assert outcome.outcome is Outcome.NOT_APPLICABLE
+        assert "the host's GPUs are AMD" in outcome.reason

@@ -13,9 +13,12 @@ The previous run is the one given (``--previous reports/<run>``, ``GPUAUDIT_PREV
 itself, by whatever path, is refused: pipeline.assemble_register) or, by default, chosen by
 :func:`find_previous` among the earlier run directories next to this one that hold a
 ``register.json``: runs of a comparable scope (provenance.Scope: the same inventory; for a
-bundle run, any run) that hold at least one of this run's hosts; of those the one that holds
-most of them, then the newest. A full run is then compared with the last full run, not with a
-``--limit`` run in between, and a run with no comparable predecessor has no trends. "Earlier"
+bundle run, any run) that hold at least one of this run's hosts; of those, a run that audited
+at least half as many hosts as it holds of this run's (counted from the head of its register: a
+run during an outage holds every host's snapshot without having looked at them) before one
+that did not, then the one that holds most of them, then the newest. A full run is then
+compared with the last full run, not with a ``--limit`` run in between nor with a run that
+could reach few of its hosts, and a run with no comparable predecessor has no trends. "Earlier"
 is read from run ids when they are the UTC timestamps gpuaudit makes (``20261129T161000Z``,
 ``…-2``): then only such runs are candidates, so a hand-named run next to them
 (``reports/example``) is never mistaken for the last audit. A run with a hand-chosen id is
@@ -53,9 +56,9 @@ rule did not judge it this time, its data missing or the policy turning the rule
 counted as resolved), ``risks_not_judged_before`` (ids: risks that are not on any compared host
 the previous run judged by their rule, so not counted as new), ``risks_on_new_hosts`` (ids),
 ``risks_not_in_scope`` (entries like ``unverified``), ``fleet_not_compared`` (ids of fleet-rule
-risks, GA7xx, that came or went while the two runs held different hosts: those rules judge a
-host against the others, so their verdict changed with the peers in scope, not necessarily with
-the host),
+risks, GA7xx, that came or went while the two runs audited different hosts, holding different
+ones or reaching different ones: those rules judge a host against the others, so their verdict
+changed with the peers audited, not necessarily with the host),
 ``hosts_added`` (new hosts), ``hosts_removed`` (hosts not in this run's scope),
 ``driver_changes`` ([{host, from, to}]), ``growth`` ([{host, gpu, pci_bus_id, metric, before,
 after}]) and ``notes`` (what a reader should know about the comparison, as sentences).
@@ -149,7 +152,7 @@ def find_previous(
     stamped, when, suffix = _run_order(current)
     # Compared by snapshot file name: a candidate's hosts are known without reading its files.
     wanted = {safe_host_filename(h) for h in hosts or ()}
-    best: tuple[tuple[int, datetime, int, str], Path] | None = None
+    best: tuple[tuple[bool, int, datetime, int, str], Path] | None = None
     for sibling in current.parent.iterdir():
         if sibling.resolve() == current or not (sibling / "register.json").is_file():
             continue
@@ -163,10 +166,44 @@ def find_previous(
         shared = len(wanted & _snapshot_names(sibling)) if wanted else 0
         if wanted and not shared:
             continue
-        key = (shared, order[1], order[2], sibling.name)
+        # A run that reached fewer than half of the hosts it holds (an outage) is taken only
+        # where no run that reached more is there to compare with.
+        audited = _audited_count(sibling)
+        reached = audited is None or (audited * 2 >= shared if wanted else audited > 0)
+        key = (reached, shared, order[1], order[2], sibling.name)
         if best is None or key > best[0]:
             best = (key, sibling)
     return best[1] if best else None
+
+
+# The register's summary is its fourth line (register.json is written an entry a line).
+_SUMMARY_LINE = ' "summary": '
+_SUMMARY_WITHIN = 8  # lines read at most to find it
+
+
+def _audited_count(run_path: Path) -> int | None:
+    """How many hosts a run audited (collected), from its register's summary, read from the
+    head of register.json without parsing the rest; None where it cannot be told."""
+    try:
+        with (run_path / "register.json").open(encoding="utf-8") as handle:
+            for _ in range(_SUMMARY_WITHIN):
+                line = handle.readline()
+                if line.startswith(_SUMMARY_LINE):
+                    summary = json.loads(line[len(_SUMMARY_LINE) :].rstrip().rstrip(","))
+                    break
+            else:
+                return None
+    except (OSError, UnicodeDecodeError, ValueError):
+        return None
+    statuses = summary.get("hosts_by_status") if isinstance(summary, dict) else None
+    if not isinstance(statuses, dict):
+        return None
+    not_collected = {status.value for status in NOT_COLLECTED}
+    return sum(
+        count
+        for status, count in statuses.items()
+        if status not in not_collected and isinstance(count, int)
+    )
 
 
 def _snapshot_names(run_path: Path) -> set[str]:
@@ -342,9 +379,10 @@ def build_trends(
         names = {str(h) for h in hosts or ()}
         return names & shared if names else None
 
-    # A fleet rule judges each host against the others: between runs of different hosts its
-    # verdict changes with the peers, not with the host.
-    peers_differ = set(now) != set(before)
+    # A fleet rule judges each host against the others it audited: between runs that audited
+    # different hosts (held different ones, or could not reach the same ones) its verdict
+    # changes with the peers, not with the host.
+    peers_differ = _collected(now) != _collected(before)
     fleet_rules = _fleet_rules() if peers_differ else frozenset()
     new, persisting, on_new_hosts, not_judged_before, fleet_not_compared = [], [], [], [], []
     for risk in risks:
@@ -423,6 +461,10 @@ def _unjudged(outcomes: Iterable[RuleOutcome] | None) -> frozenset[tuple[str, st
 def _rule_of(risk_id: str) -> str:
     """A risk id is its rule's code, or the code and the risk's subject: ``GA601:<sysctl>``."""
     return risk_id.partition(":")[0]
+
+
+def _collected(hosts: Mapping[str, HostSnapshot] | Mapping[str, HostCounters]) -> set[str]:
+    return {name for name, host in hosts.items() if host.status not in NOT_COLLECTED}
 
 
 @functools.lru_cache(maxsize=1)

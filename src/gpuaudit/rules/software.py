@@ -14,6 +14,7 @@ from gpuaudit.rules.base import (
     Finding,
     Need,
     NotEvaluated,
+    Outcome,
     Owner,
     Rule,
     RuleContext,
@@ -327,30 +328,54 @@ def driver_not_held(rule: Rule, snap: HostSnapshot, ctx: RuleContext) -> Iterabl
     references=(refs.GUIDE_UNIFORM_VERSIONS, refs.GUIDE_CANARY, refs.GUIDE_DRIVER_ERRORS),
 )
 def driver_not_desired(rule: Rule, snap: HostSnapshot, ctx: RuleContext) -> Iterable[CheckResult]:
-    """The host's driver is not the version the site policy or inventory asks for.
+    """The host's driver is not the version, or not of the branch, the site policy or
+    inventory asks for.
 
-    Checks: the driver version against ``desired_driver_version`` (policy or host_data).
-    Silent when no version is desired; not evaluated when the driver version is unknown (GA101
+    Checks: the driver version against ``desired_driver_version``, or its branch (the number
+    before the first dot: 550 of 550.127.05) against ``desired_driver_branch`` (policy or
+    host_data; a layer that sets one clears the other). The desired driver is an NVIDIA
+    driver: on a host whose GPUs are all AMD the rule is not applicable (the amdgpu / ROCm
+    version is another numbering; GA701 still compares it across hosts of one model).
+    Silent when no driver is desired; not evaluated when the driver version is unknown (GA101
     covers that).
     Why: images and CUDA runtimes are built and tested for one driver; "CUDA driver version is
     insufficient" is a common failure on hosts left behind, and mixed drivers make incidents
     hard to compare.
-    Evidence: installed and desired versions.
+    Evidence: installed and desired versions (or branches).
     Remediation: staged upgrade to the desired version.
     """
-    desired = ctx.settings_for(snap).get("desired_driver_version")
-    installed = host_driver_version(snap)
-    if desired and not installed:
-        yield NotEvaluated(DRIVER_VERSION.missing(snap) or "no driver version")
-    if not desired or not installed or str(desired) == installed:
+    settings = ctx.settings_for(snap)
+    desired = settings.get("desired_driver_version")
+    branch = settings.get("desired_driver_branch")
+    if not desired and not branch:
         return
+    if snap.gpus and not snap.driver_version and all(g.vendor == "amd" for g in snap.gpus):
+        yield NotEvaluated(
+            "the host's GPUs are AMD: the desired driver is an NVIDIA driver version",
+            outcome=Outcome.NOT_APPLICABLE,
+        )
+        return
+    installed = snap.driver_version or next(
+        (g.driver_version for g in snap.gpus if g.vendor == "nvidia" and g.driver_version), None
+    )
+    if not installed:
+        yield NotEvaluated(DRIVER_VERSION.missing(snap) or "no driver version")
+        return
+    if desired:
+        if str(desired) == installed:
+            return
+        wants, expected = str(desired), str(desired)
+    else:
+        if installed.split(".")[0] == str(branch):
+            return
+        wants, expected = f"the {branch} branch", f"{branch}.x"
     yield rule.finding(
         snap,
-        f"Driver {installed} is installed; the policy wants {desired}.",
+        f"Driver {installed} is installed; the policy wants {wants}.",
         Evidence(
             fact="driver_version",
             actual=installed,
-            expected=str(desired),
+            expected=expected,
             excerpt=snap.driver_version_proc or "",
         ),
     )
