@@ -38,7 +38,8 @@ from gpuaudit.facts.packages import (
 )
 from gpuaudit.facts.remediation import AptHolds
 from gpuaudit.operations.plan import refusal
-from gpuaudit.operations.settings import host_settings
+from gpuaudit.operations.settings import HostSettingError, host_settings
+from gpuaudit.rules.versions import driver_release
 
 DEFAULT_PIN_FILE = "/etc/apt/preferences.d/gpuaudit-nvidia-driver"
 PIN_FILE_MODE = "644"  # apt, run by any user, must read the pin file
@@ -84,7 +85,10 @@ def pin(
     if version is not None and not valid_version(version):
         raise OperationValueError(f"not a package version: {version!r}")
     _check_pin_file(pin_file)
-    regexes = driver_regexes(patterns)
+    regexes = regexes_or_refusal(patterns)
+    if isinstance(regexes, StringCommand):
+        yield regexes
+        return
     yield from by_package_manager(
         "apt-mark",
         lambda: _pin_apt(version, regexes, pin_file),
@@ -110,7 +114,10 @@ def unpin(patterns: Iterable[str] | None = None, pin_file: str = DEFAULT_PIN_FIL
         driver.unpin(name="Release the NVIDIA driver packages")
     """
     _check_pin_file(pin_file)
-    regexes = driver_regexes(patterns)
+    regexes = regexes_or_refusal(patterns)
+    if isinstance(regexes, StringCommand):
+        yield regexes
+        return
     yield from by_package_manager(
         "apt-mark",
         lambda: _unpin_apt(regexes, pin_file),
@@ -125,13 +132,30 @@ def _patterns() -> list[str]:
 
 
 def driver_regexes(patterns: Iterable[str] | None) -> list[re.Pattern[str]]:
-    """Patterns given are used as given; by default the co-pinned packages join the host's."""
+    """Patterns given are used as given; by default the co-pinned packages join the host's.
+    A pattern of the host's settings that is no regular expression raises HostSettingError."""
     if patterns is not None:
-        chosen = list(patterns)
-    else:
-        chosen = _patterns()
-        chosen += [p for p in CO_PINNED_PATTERNS if p not in chosen]
-    return [re.compile(p) for p in chosen]
+        return [re.compile(p) for p in patterns]
+    chosen = _patterns()
+    chosen += [p for p in CO_PINNED_PATTERNS if p not in chosen]
+    regexes = []
+    for pattern in chosen:
+        try:
+            regexes.append(re.compile(pattern))
+        except (re.error, TypeError) as bad:
+            raise HostSettingError(
+                f"driver_package_patterns: {pattern!r} is not a regular expression ({bad})"
+            ) from None
+    return regexes
+
+
+def regexes_or_refusal(patterns: Iterable[str] | None) -> list[re.Pattern[str]] | StringCommand:
+    """:func:`driver_regexes`, or the refusal of this host where its settings' patterns are
+    unusable: one host's bad inventory data fails that host, not the run."""
+    try:
+        return driver_regexes(patterns)
+    except HostSettingError as bad:
+        return refusal(str(bad))
 
 
 def _check_pin_file(pin_file: str) -> None:
@@ -173,9 +197,21 @@ def _selected(
     installed: dict[str, set[str]], regexes: list[re.Pattern[str]], version: str | None
 ) -> tuple[dict[str, str], StringCommand | None]:
     """The driver packages to pin, and the refusal to yield instead when ``version`` is not
-    the one installed."""
+    the one installed, or, with no ``version``, when the packages are not all of one driver
+    release: pinning them as they are would hold the mismatch in place."""
     packages = driver_packages(installed, regexes)
-    others = version_mismatches(packages, version) if version is not None else {}
+    if version is None:
+        releases = {name: driver_release(v) for name, v in packages.items()}
+        if len(set(releases.values())) <= 1:
+            return packages, None
+        listed = ", ".join(f"{name} {v}" for name, v in packages.items())
+        return packages, refusal(
+            "cannot pin the driver: its packages are of different releases "
+            f"({listed}); pinned so, the mismatch would be held in place. Install one "
+            "release for all of them first (the staged upgrade installs, then pins), or pin "
+            "a version"
+        )
+    others = version_mismatches(packages, version)
     if not others:
         return packages, None
     listed = ", ".join(f"{name} {v}" for name, v in others.items())

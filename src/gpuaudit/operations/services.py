@@ -98,11 +98,15 @@ def enable(
     present = [unit for unit in present if unit not in masked]
     todo = [unit for unit in present if needs_enable(units[unit])]
     alike = {unit_name(name) for name in one_of}
-    engines = [unit for unit in present if unit in alike]
+    # Every engine the host has counts, a masked one too (masking stops nothing: it may run),
+    # and one starting or reloading runs as much as an active one.
+    engines = [unit for unit in (*present, *masked) if unit in alike]
     if engines:
-        running = [unit for unit in engines if units[unit].get("active") == "active"]
-        keep = running[0] if running else engines[0]
-        # The one that runs (or will) is enabled as the others are; the rest are left alone.
+        running = [unit for unit in engines if units[unit].get("active") in RUNNING]
+        startable = [unit for unit in engines if unit not in masked]
+        keep = running[0] if running else next(iter(startable), None)
+        # The one that runs (or will) is enabled as the others are; the rest are left alone,
+        # and none is started beside one that runs masked.
         todo = [unit for unit in todo if unit not in alike or unit == keep]
         present = [unit for unit in present if unit not in alike or unit == keep]
     if masked and not todo:

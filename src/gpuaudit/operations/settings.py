@@ -43,3 +43,9 @@ def host_settings() -> HostSettings:
             site_policy(), current.name, host_data_for_snapshot(current)
         )
     return _settings[current]
+
+
+class HostSettingError(ValueError):
+    """A value the host's settings give (its inventory data, which no schema checks as the
+    policy file is checked) that an operation cannot use: the operation refuses that host
+    (:func:`gpuaudit.operations.plan.refusal`) and the others go on."""

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import posixpath
 import re
-from collections.abc import Generator, Iterable, Mapping
+from collections.abc import Generator, Iterable, Iterator, Mapping
 from io import StringIO
 from typing import Any
 
@@ -86,9 +86,9 @@ def baseline(
     A number is a minimum (``exact=False``, the default): a file read after ``path``, or a
     running value, at or above it is left as it is, and where a file read before ``path`` sets
     a key higher, the drop-in keeps that value, so the drop-in never lowers what the host boots
-    with. Only the running values short of the baseline are set (``sysctl -w``; ``sysctl -p``
-    of the drop-in where a key is a glob). Text values (``bbr``, ``4096 87380 6291456``) are
-    held exactly.
+    with. Only the running values short of the baseline are set (``sysctl -w``, a glob's
+    running keys each by its own name), never a running value above it. Text values (``bbr``,
+    ``4096 87380 6291456``) are held exactly.
 
     .. code:: python
 
@@ -97,7 +97,15 @@ def baseline(
             values={"net.core.rmem_max": 134217728, "net.core.wmem_max": 134217728},
         )
     """
-    wanted = _validated(_wanted(values))
+    try:
+        wanted = _validated(_wanted(values))
+    except OperationValueError as bad:
+        if values is not None:
+            raise  # the caller's own values: a mistake in the deploy, for every host
+        # The host's settings (its inventory data is not checked as a policy file is): this
+        # host is refused, the others go on.
+        yield refusal(f"sysctl_baseline: {bad}")
+        return
     path = _validated_path(path)
     changed = False
 
@@ -154,13 +162,11 @@ def baseline(
                 f"sysctl baseline: not in the running kernel (module not loaded?): {missing}"
             )
             notes.append(f"not in the running kernel: {missing}")
-        if differ and any("*" in key for key in differ):
-            yield StringCommand("sysctl", "-p", QuoteString(path))
-            changed = True
-        elif differ:
-            # Only these: `sysctl -p` of the drop-in would also set a key that runs higher.
-            settings = (QuoteString(f"{dotted(key)}={wanted[key]}") for key in differ)
-            yield StringCommand("sysctl", "-w", *settings)
+        if differ:
+            # Only the running keys short of their value, a glob's each by its own name:
+            # `sysctl -p` of the drop-in would also set a key that runs higher.
+            settings = short_settings(wanted, running, exact=exact)
+            yield StringCommand("sysctl", "-w", *(QuoteString(item) for item in settings))
             changed = True
 
     if not changed:
@@ -339,7 +345,10 @@ def kept_values(
 ) -> dict[str, str]:
     """``wanted``, each number raised to the value that files read before ``path`` leave for
     its key where that is higher: ``path`` wins over them at boot, and a minimum must not
-    lower what the host booted with. A glob key, and a text value, is kept as it is."""
+    lower what the host booted with. Not where a file read after ``path`` sets the key: that
+    file's value is what the host boots with (a shadow where it is short of the minimum), and
+    a raised drop-in would only make a compliant later value look short. A glob key, and a
+    text value, is kept as it is."""
     assignments = list(assignments)
     order = load_order([path, *files, *(file for file, _, _ in assignments)])
     if path not in order:
@@ -349,9 +358,12 @@ def kept_values(
         (a for a in assignments if rank.get(a[0], len(order)) < rank[path]),
         key=lambda a: rank[a[0]],
     )
+    later = {proc_path(a[1]) for a in assignments if rank.get(a[0], -1) > rank[path]}
     kept = dict(wanted)
     for key, value in wanted.items():
         target = proc_path(key)
+        if target in later:
+            continue
         sets = [a[2] for a in earlier if proc_path(a[1]) == target]
         boot, want = (_number(sets[-1]) if sets else None), _number(value)
         if "*" not in key and boot is not None and want is not None and boot > want:
@@ -423,10 +435,38 @@ def live_differences(
     tcp_rmem": [4096, 131072, 6291456]}``). A glob key is compared with every running key it
     matches that is not also wanted by name; a key with a leading ``-`` may be missing.
     """
-    values = {proc_path(key): value for key, value in running.items()}
-    named = {proc_path(key) for key in wanted if "*" not in key}
     differ: list[str] = []
     absent: list[str] = []
+    for key, _, short in _running_matches(wanted, running, exact):
+        if short is None:
+            if not key.startswith("-"):
+                absent.append(key)
+        elif short:
+            differ.append(key)
+    return differ, absent
+
+
+def short_settings(
+    wanted: Mapping[str, str], running: Mapping[str, Any], *, exact: bool = False
+) -> list[str]:
+    """``key=value`` for each running key short of its wanted value, each key a glob matches
+    named as it runs (``net.ipv4.conf.eth0.accept_local=1``): what ``sysctl -w`` sets, and
+    only that, so that no key that runs higher is lowered (``sysctl -p`` of the drop-in would
+    set every key it holds)."""
+    return [
+        f"{dotted(path)}={value}"
+        for _, value, short in _running_matches(wanted, running, exact)
+        for path in short or ()
+    ]
+
+
+def _running_matches(
+    wanted: Mapping[str, str], running: Mapping[str, Any], exact: bool
+) -> Iterator[tuple[str, str, list[str] | None]]:
+    """(key, wanted value, the running keys (as /proc/sys paths) it matches that fall short;
+    None where it matches none), for each wanted key."""
+    values = {proc_path(key): value for key, value in running.items()}
+    named = {proc_path(key) for key in wanted if "*" not in key}
     for key, value in wanted.items():
         target = proc_path(key)
         if "*" in target:
@@ -435,11 +475,9 @@ def live_differences(
         else:
             matched = [target] if target in values else []
         if not matched:
-            if not key.startswith("-"):
-                absent.append(key)
-        elif not all(satisfies(values[p], value, exact=exact) for p in matched):
-            differ.append(key)
-    return differ, absent
+            yield key, value, None
+        else:
+            yield key, value, [p for p in matched if not satisfies(values[p], value, exact=exact)]
 
 
 def _glob(target: str) -> re.Pattern[str]:

@@ -32,7 +32,7 @@ from pyinfra.facts.server import KernelModules, Which
 from gpuaudit.facts.packages import driver_packages, version_mismatches
 from gpuaudit.facts.remediation import NvidiaDriverVersion
 from gpuaudit.facts.upgrade import AptPolicyVersions, BootId, NvidiaModuleVersion
-from gpuaudit.operations.driver import by_package_manager, driver_regexes
+from gpuaudit.operations.driver import by_package_manager, regexes_or_refusal
 from gpuaudit.operations.plan import refusal
 from gpuaudit.operations.services import installed_units
 from gpuaudit.operations.unit_state import RUNNING
@@ -144,7 +144,10 @@ def install_driver(
     """
     if not is_driver_version(version):
         raise OperationValueError(f"not an NVIDIA driver version: {version!r} (550.127.05)")
-    regexes = driver_regexes(patterns)
+    regexes = regexes_or_refusal(patterns)
+    if isinstance(regexes, StringCommand):
+        yield regexes
+        return
     yield from by_package_manager(
         "apt-get",
         lambda: _install_apt(version, regexes, update),

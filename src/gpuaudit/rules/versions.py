@@ -27,6 +27,15 @@ def same_version(package_version: str, driver: str) -> bool:
     return re.match(re.escape(driver) + r"(?![\d.])", upstream) is not None
 
 
+def driver_release(package_version: str) -> str | None:
+    """The driver release a package version names: 550.127.05 of 1:550.127.05-0ubuntu1."""
+    match = _RELEASE.match(package_version.split(":", 1)[-1])
+    return match.group(0) if match else None
+
+
+_RELEASE = re.compile(r"\d{3}\.\d+(?:\.\d+)?(?![\d.])")
+
+
 def major_minor(version: object) -> tuple[int, int] | None:
     """``"12.4"``, ``"12.4.1"``, ``12.4`` or ``12`` as (major, minor); None if not a version.
 
