@@ -116,6 +116,21 @@ def test_driver_packages_not_held(make_host, findings):
     assert findings("GA106", make_host(packages=())) == []
 
 
+def test_a_missing_amd_gpu_is_not_judged_by_the_nvidia_bus_count(make_host, findings):
+    """4 MI300X listed by rocm-smi (the real report) of 5 expected, lspci listing 5 AMD GPUs
+    and no NVIDIA one: the finding stands, without saying the GPU is missing from the bus."""
+    gpus = parse_rocm_smi_showallinfo((FIXTURES / "rocm-smi" / MI300X).read_text())
+    lspci = "\n".join(f"0000:{0x11 + i:02x}:00.0 1200: 1002:74a1" for i in range(5))
+    amd = make_host(
+        "amd-01", gpus=gpus, driver_version=None, driver_version_proc=None,
+        host_data={"expected_gpu_count": 5, "vendor": "amd"},
+        sections={"lspci": Section(rc=0, stdout=lspci)}, pci_devices=parse_lspci(lspci),
+    )  # fmt: skip
+    (f,) = findings("GA102", amd)
+    assert f.message == "4 of 5 expected GPUs are visible to the driver."
+    assert f.evidence.actual == {"visible": 4, "on_pci_bus": None}
+
+
 def test_driver_not_the_desired_version(make_host, findings):
     (f,) = findings("GA107", make_host(host_data={"desired_driver_version": "570.86.15"}))
     assert (f.evidence.actual, f.evidence.expected) == ("550.127.05", "570.86.15")

@@ -46,7 +46,8 @@ def gpu_count(rule: Rule, snap: HostSnapshot, ctx: RuleContext) -> Iterable[Find
     Why: a GPU that fell off the bus or failed to initialise is lost capacity and often a
     hardware fault; jobs sized for the full host fail to schedule.
     Evidence: expected and visible counts, and how many NVIDIA GPUs lspci sees (on the bus but
-    not visible means driver/initialisation; missing from the bus means hardware).
+    not visible means driver/initialisation; missing from the bus means hardware; not said on
+    a host whose GPUs are all AMD).
     Remediation: reload the driver or reboot; reseat or replace a GPU missing from the bus.
     """
     if snap.status in (HostStatus.DRIVER_NOT_RESPONDING, HostStatus.NO_GPU_TOOLING):
@@ -55,7 +56,9 @@ def gpu_count(rule: Rule, snap: HostSnapshot, ctx: RuleContext) -> Iterable[Find
     if not snap.gpus and (snap.tools.get("nvidia-smi") is False or _xml_unread(snap)):
         return
     bus = nvidia_gpus_on_bus(snap.sections, snap.pci_devices)
-    on_bus = None if bus is None else len(bus)
+    # The bus is counted for NVIDIA GPUs: on a host whose GPUs are all AMD it says nothing.
+    amd_only = bool(snap.gpus) and all(g.vendor == "amd" for g in snap.gpus)
+    on_bus = None if bus is None or amd_only else len(bus)
     expected = ctx.settings_for(snap).get("expected_gpu_count")
     if isinstance(expected, int) and expected > 0:
         visible = len(snap.gpus)
