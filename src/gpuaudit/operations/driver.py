@@ -13,7 +13,6 @@ from __future__ import annotations
 import posixpath
 import re
 from collections.abc import Callable, Generator, Iterable
-from io import StringIO
 from typing import TypeVar
 
 from pyinfra import host
@@ -37,6 +36,7 @@ from gpuaudit.facts.packages import (
     versionlock_plugin,
 )
 from gpuaudit.facts.remediation import AptHolds
+from gpuaudit.operations.files import replace_file
 from gpuaudit.operations.plan import refusal
 from gpuaudit.operations.settings import HostSettingError, host_settings
 from gpuaudit.rules.versions import driver_release
@@ -235,10 +235,12 @@ def _pin_apt(version: str | None, regexes: list[re.Pattern[str]], pin_file: str)
     # Uploads land with the mode of a private temporary file; apt run by any user must read
     # the pin, or it silently ignores it. A pin file of the right text can have lost its mode
     # too (a hand-made copy, a restrictive umask): it is set again on its own.
+    # The new text is written beside the file, given its mode and renamed over it, so apt
+    # never reads half a pin file.
     chmod = rewrite or _mode_of(pin_file) != PIN_FILE_MODE
     if rewrite:
-        yield FileUploadCommand(StringIO(content), pin_file)
-    if chmod:
+        yield from replace_file(content, pin_file, PIN_FILE_MODE)
+    elif chmod:
         yield StringCommand("chmod", PIN_FILE_MODE, QuoteString(pin_file))
     holds: list[str] = host.get_fact(AptHolds)
     unheld = [name for name in packages if name not in holds]

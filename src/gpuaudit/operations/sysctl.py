@@ -11,7 +11,6 @@ from __future__ import annotations
 import posixpath
 import re
 from collections.abc import Generator, Iterable, Iterator, Mapping
-from io import StringIO
 from typing import Any
 
 from pyinfra import host, logger
@@ -34,6 +33,7 @@ from gpuaudit.facts.sysctl import (
     dotted,
     proc_path,
 )
+from gpuaudit.operations.files import replace_file
 from gpuaudit.operations.plan import refusal
 from gpuaudit.operations.settings import host_settings
 
@@ -122,9 +122,8 @@ def baseline(
     if not remote or current is None or list(current) != content.splitlines():
         if not remote:  # a minimal host may lack the directory
             yield StringCommand("mkdir", "-p", QuoteString(posixpath.dirname(path)))
-        # Uploading replaces the file: its mode is then the temporary copy's, so always set it.
-        yield FileUploadCommand(StringIO(content), path)
-        yield StringCommand("chmod", FILE_MODE, QuoteString(path))
+        # Written beside it, given its mode, renamed over it: never seen half written.
+        yield from replace_file(content, path, FILE_MODE)
         changed = True
     elif str(remote.get("mode")) != FILE_MODE:
         yield StringCommand("chmod", FILE_MODE, QuoteString(path))
