@@ -85,11 +85,16 @@ class Fleet:
                 self.active.discard(name)
 
     def run(self) -> int:
-        lease = acquire(self.rollout.dir, "test", 600)
-        try:
-            return self.rollout._run(lease)
-        finally:
-            lease.release()
+        return run_leased(self.rollout)
+
+
+def run_leased(rollout: Rollout) -> int:
+    """The rollout's run under a lease of its own, as ``Rollout.run`` takes one."""
+    lease = acquire(rollout.dir, "test", 600)
+    try:
+        return rollout._run(lease)
+    finally:
+        lease.release()
 
 
 def test_a_host_left_out_of_service_counts_against_max_unavailable(tmp_path: Path) -> None:

@@ -18,7 +18,7 @@ from datetime import date, timedelta
 from pathlib import Path
 
 import pytest
-from test_rollout_budgets import STAGES, Fleet
+from test_rollout_budgets import STAGES, Fleet, run_leased
 from upgrade_factories import OLD, TARGET, finding, host, inventory_host, xid
 
 import gpuaudit.upgrade.runner as runner
@@ -93,11 +93,7 @@ class OneHost:
         return True, "undrain" if undrain else "drain"
 
     def run(self) -> int:
-        lease = acquire(self.rollout.dir, "test", 600)
-        try:
-            return self.rollout._run(lease)
-        finally:
-            lease.release()
+        return run_leased(self.rollout)
 
 
 # --- the failure budgets, counted before any host starts ------------------------------------
