@@ -23,6 +23,7 @@ from upgrade_factories import OLD, TARGET, finding, host, inventory_host, xid
 
 import gpuaudit.upgrade.runner as runner
 from gpuaudit.model.snapshot import HostSnapshot, Service
+from gpuaudit.model.status import unreachable_snapshot
 from gpuaudit.policy import Policy
 from gpuaudit.policy.upgrade import UpgradeSettings
 from gpuaudit.upgrade.journal import Journal, RolloutMeta, RolloutStatus, Step, load_state
@@ -422,3 +423,41 @@ def test_the_lease_is_renewed_while_the_controller_works(
     beat.join(2)
     assert not beat.is_alive()
     assert one.rollout.progress.halt.startswith("the lease was lost (released)")
+
+
+@pytest.mark.parametrize("repaired", [False, True])
+def test_a_host_repaired_since_the_audit_before_no_longer_blocks_the_rollout(
+    tmp_path: Path, repaired: bool
+) -> None:
+    """max_unavailable 1, and x1 was unreachable in the audit before the rollout: no host may
+    start. The controller audits x1 again before it halts; found healthy, x1 no longer counts
+    (it is not upgraded: the rollout was planned without it), and the waves go on."""
+    hosts = {"c1": "canary", "w1": "wave1"}
+    settings = UpgradeSettings(stages=STAGES, max_unavailable=1)
+    fleet = Fleet(tmp_path / "r", hosts, settings)
+    planned = [inventory_host(n, (), True, rollout_stage=s) for n, s in hosts.items()]
+    down = inventory_host("x1", (), unreachable_snapshot("x1", "no route"), rollout_stage="wave1")
+    fleet.rollout.plan = plan_rollout([*planned, down], TARGET, settings, date.today())
+    assert fleet.rollout.plan.already_unavailable == {"x1"}
+    audited: list[tuple[str, str]] = []
+
+    def audit(name: str, why: str) -> HostSnapshot:
+        audited.append((name, why))
+        return host(name) if repaired else unreachable_snapshot(name, "no route")
+
+    fleet.rollout.audit_host = audit  # type: ignore[method-assign]
+    code = fleet.run()
+    state = load_state(tmp_path / "r")
+    assert audited == [("x1", "back")]  # once, though every stage would have asked
+    if not repaired:
+        assert code == 1 and state.status is RolloutStatus.HALTED
+        assert state.reason.startswith("max_unavailable (1) is used up by hosts out of service: x1")
+        assert fleet.started == []
+        return
+    assert code == 0 and fleet.started == ["c1", "w1"]
+    assert state.host("x1").outcome.value == "skipped"
+    (back,) = [e for e in state.host("x1").events if e.data.get("back_in_service")]
+    assert back.detail.startswith("back in service: a fresh audit finds it healthy")
+    # A resumed controller reads it from the journal: x1 is not audited again.
+    audited.clear()
+    assert fleet.rollout._out_of_service_now() == set()

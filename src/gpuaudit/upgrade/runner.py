@@ -72,6 +72,7 @@ from gpuaudit.upgrade.journal import (
     write_rollout_json,
 )
 from gpuaudit.upgrade.lease import Lease, LeaseError, LeaseHeld, acquire
+from gpuaudit.upgrade.limits import unavailable_hosts
 from gpuaudit.upgrade.plan import (
     HostPlan,
     InventoryHost,
@@ -135,6 +136,8 @@ class Rollout:
         # The audit each host's gate read: a rollback's re-check counts new errors from it, so
         # that what the failed driver logged is not held against the version it goes back to.
         self._gated: dict[str, HostSnapshot] = {}
+        # Hosts out of service before the rollout that this controller audited again.
+        self._rechecked_out: set[str] = set()
 
     # --- planning -------------------------------------------------------------------------
 
@@ -346,11 +349,7 @@ class Rollout:
         skip it (a waiver or the policy changed meanwhile): a host left mid-upgrade is carried
         on, never abandoned drained."""
         state = load_state(self.dir)
-        return [
-            h
-            for h in stage.hosts
-            if h.action == "upgrade" or state.host(h.name).latest("rollout") is not None
-        ]
+        return [h for h in stage.hosts if h.action == "upgrade" or _begun(state.host(h.name))]
 
     def _finish_decided(self) -> None:
         """Carry out, before any stage, what a controller before this one decided and did not
@@ -401,6 +400,8 @@ class Rollout:
                         host = pending.pop(0)
                         running[pool.submit(self._guarded_host, stage, host, lease)] = host.name
                     if pending and not running:
+                        if self._back_in_service(out):
+                            continue  # judged again with the hosts that came back
                         self._halt(
                             f"max_unavailable ({self.plan.unavailable_budget}) is used up by "
                             f"hosts out of service: {self._describe_out(out)}"
@@ -423,12 +424,47 @@ class Rollout:
                 self.progress.halt = reason
 
     def _out_of_service_now(self) -> set[str]:
-        """Hosts out of service other than the running ones: those out before the rollout and
-        those it left out."""
+        """Hosts out of service other than the running ones: those out before the rollout
+        (but for those a fresh audit found back in service) and those it left out."""
         assert self.plan is not None
         state = load_state(self.dir)
         left_out = {h.name for h in self.plan.hosts if state.host(h.name).out_of_service}
-        return set(self.plan.already_unavailable) | left_out
+        before = {
+            name
+            for name in self.plan.already_unavailable
+            if not any(e.data.get(BACK_IN_SERVICE) for e in state.host(name).events)
+        }
+        return before | left_out
+
+    def _back_in_service(self, out: set[str]) -> bool:
+        """Audit again the hosts of ``out`` that were out of service before the rollout (each
+        once per controller), and mark those now healthy by the same measure as back in
+        service; whether any was. So a rollout blocked by ``max_unavailable`` goes on once a
+        broken host is repaired (on ``--resume``, or while it runs), instead of halting on
+        the audit taken before it for good. A host that came back is not upgraded by this
+        rollout (it was planned without it)."""
+        assert self.plan is not None
+        back = False
+        for name in sorted(out & self.plan.already_unavailable - self._rechecked_out):
+            self._rechecked_out.add(name)
+            snap = self.audit_host(name, "back")
+            if snap is None:
+                continue
+            entry = InventoryHost(name, tuple(snap.host_data.get("groups") or ()),
+                                  snap.host_data, snap)  # fmt: skip
+            still = unavailable_hosts([entry], policy=self.policy)
+            if still:
+                continue
+            self.record(
+                name,
+                "rollout",
+                "info",
+                "back in service: a fresh audit finds it healthy; no longer counted against "
+                "max_unavailable",
+                **{BACK_IN_SERVICE: True},
+            )
+            back = True
+        return back
 
     def _describe_out(self, out: set[str]) -> str:
         """Each host of ``out`` with why it is out of service."""
@@ -730,6 +766,10 @@ class Rollout:
         return result
 
 
+# The journal data key of a host found back in service (Rollout._back_in_service).
+BACK_IN_SERVICE = "back_in_service"
+
+
 class _HostNotBack(Exception):
     """The host did not answer in time after its reboot: neither a pass nor a failure."""
 
@@ -740,6 +780,12 @@ REBOOT_NOT_BACK = "did not come back within"
 
 # The steps whose failure the controller answers with a rollback.
 _ROLLED_BACK_AFTER = frozenset({*DEPLOY_STEPS, "gate"})
+
+
+def _begun(state: HostState) -> bool:
+    """Whether this rollout began the host's upgrade (its own ``rollout`` event is no skip)."""
+    own = state.latest("rollout")
+    return own is not None and own.status is not EventStatus.SKIPPED
 
 
 def _rollback_due(state: HostState) -> str | None:
