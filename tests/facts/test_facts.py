@@ -401,3 +401,43 @@ def test_a_journal_without_the_boot_before_this_one_says_why(tmp_path: Path) -> 
     assert section["rc"] == 1
     assert "No such boot ID in journal" in str(section["stderr"])
     assert section["stdout"] == ""
+
+
+def _restricted_kernel_log(tmp_path: Path, journal: str) -> dict[str, object]:
+    """The kernel_log section the real collector gives where dmesg is refused (dmesg_restrict,
+    an audit user without CAP_SYSLOG) and ``journal`` is what ``journalctl -k -b`` prints."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "dmesg").write_text(
+        "#!/bin/sh\necho 'dmesg: read kernel buffer failed: Operation not permitted' >&2\nexit 1\n"
+    )
+    (bin_dir / "journalctl").write_text(f"#!/bin/sh\n{journal}\n")
+    for tool in bin_dir.iterdir():
+        tool.chmod(0o755)
+    result = subprocess.run(
+        ["sh", "-c", f"PATH={shlex.quote(str(bin_dir))}:/usr/bin:/bin; "
+         f"{collector_script('klog04')}"],
+        capture_output=True, text=True, check=True, timeout=120,
+    )  # fmt: skip
+    section: dict[str, object] = GpuAuditSections().process(result.stdout.splitlines())["sections"][
+        "kernel_log"
+    ]
+    return section
+
+
+def test_a_journal_that_could_not_be_read_is_no_clean_kernel_log(tmp_path: Path) -> None:
+    """journalctl -k -b exits 0 with "-- No entries --" when it may open no journal file, its
+    hint on stderr: the section fails (GA105 reports it) instead of reading as a log without
+    XIDs."""
+    hint = "Hint: You are currently not seeing messages from other users and the system."
+    section = _restricted_kernel_log(tmp_path, f"echo '-- No entries --'; echo '{hint}' >&2")
+    assert section["rc"] == 1 and section["stdout"] == ""
+    assert "journalctl -k -b has no kernel message of the running boot" in str(section["stderr"])
+    assert hint in str(section["stderr"])
+
+
+def test_a_readable_journal_without_xids_is_a_clean_kernel_log(tmp_path: Path) -> None:
+    boot = "Dec 07 10:00:00 h kernel: Linux version 6.1.0-27-amd64"
+    section = _restricted_kernel_log(tmp_path, f"echo '{boot}'")
+    assert section["rc"] == 0 and section["stdout"] == ""
+    assert "source=journalctl lines=0" in str(section["stderr"])

@@ -96,3 +96,16 @@ def test_value_objects_units_and_no_value_spellings() -> None:
 def test_garbage_raises_parse_error(text: str) -> None:
     with pytest.raises(ParseError):
         parse_amd_smi_json(text)
+
+
+def test_a_warning_printed_before_the_json_is_not_part_of_it() -> None:
+    """amd-smi prints its missing-groups warning on stdout ahead of --json output (ROCm amdsmi
+    pull request 114): the GPUs after it are read all the same."""
+    warning = (
+        "WARNING: User is missing the following required groups: render, video. "
+        "Please add user to these groups.\n"
+    )
+    for name in (STATIC, METRIC):
+        assert parse_amd_smi_json(warning + read(name)) == parse_amd_smi_json(read(name))
+    with pytest.raises(ParseError, match=r"no GPU objects|not JSON"):
+        parse_amd_smi_json(warning)

@@ -3,6 +3,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from gpuaudit.model.snapshot import HostStatus, Package, Section
+from gpuaudit.parsers.nvidia_xml import parse_nvidia_smi_xml
 from gpuaudit.parsers.rocm_smi import parse_rocm_smi_showallinfo
 from gpuaudit.parsers.system import parse_lspci
 from gpuaudit.rules import assess
@@ -10,6 +11,7 @@ from gpuaudit.rules.base import Outcome, Severity
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 MI300X = "thamada-4x-mi300x-rocm-smi-showallinfo.txt"
+A100_ONE_OF_FOUR = "telegraf-a100-sxm4-80gb-mig-enabled-driver535.xml"
 
 NOT_RESPONDING = (
     "NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver. Make sure "
@@ -129,6 +131,26 @@ def test_a_missing_amd_gpu_is_not_judged_by_the_nvidia_bus_count(make_host, find
     (f,) = findings("GA102", amd)
     assert f.message == "4 of 5 expected GPUs are visible to the driver."
     assert f.evidence.actual == {"visible": 4, "on_pci_bus": None}
+
+
+def test_gpus_the_driver_counts_but_does_not_list_without_lspci(make_host, findings):
+    """The real report of an A100 host whose nvidia-smi counts 4 attached GPUs and lists one
+    (attached_gpus 4): no expected count and no lspci, and GA102 still says so."""
+    text = (FIXTURES / "nvidia-smi-xml" / A100_ONE_OF_FOUR).read_text()
+    log = parse_nvidia_smi_xml(text)
+    assert (log.attached_gpus, len(log.gpus)) == (4, 1)
+    snap = make_host(
+        gpus=log.gpus, attached_gpus=log.attached_gpus, pci_devices=(), host_data={},
+        sections={
+            "nvidia_smi_xml": Section(rc=0, stdout=text),
+            "lspci": Section(rc=127, stderr="lspci: not found"),
+        },
+    )  # fmt: skip
+    (f,) = findings("GA102", snap)
+    assert f.message.startswith("nvidia-smi counts 4 attached GPUs but lists only 1")
+    assert (f.evidence.actual["visible"], f.evidence.expected) == (1, 4)
+    complete = make_host(gpus=log.gpus, attached_gpus=1, pci_devices=(), host_data={})
+    assert findings("GA102", complete) == []
 
 
 def test_driver_not_the_desired_version(make_host, findings):

@@ -199,8 +199,17 @@ s_kernel_log() {
     [ "$(cat "$GA_TMP/krc")" = 0 ] && src=dmesg
   fi
   if [ -z "$src" ] && ga_has journalctl; then
-    { journalctl -k -b --no-pager 2>/dev/null; echo $? >"$GA_TMP/krc"; } | ga_klog_filter
+    { journalctl -k -b --no-pager 2>"$GA_TMP/kjerr"; echo $? >"$GA_TMP/krc"; } | ga_klog_filter
     [ "$(cat "$GA_TMP/krc")" = 0 ] && src=journalctl
+    # journalctl exits 0 with only "-- No entries --" when it may open no journal file (a user
+    # in neither adm nor systemd-journal: its hint goes to stderr). The running boot's kernel
+    # always logs: a log without a line is one that could not be read, never a clean one.
+    f=$(cat "$GA_TMP/kfirst")
+    if [ "$src" = journalctl ] && case "$f" in ""|"-- No entries --"*) true ;; *) false ;; esac; then
+      h=$(grep -v '^ *$' "$GA_TMP/kjerr" | head -n 1 | cut -c1-300)
+      echo "dmesg failed, and journalctl -k -b has no kernel message of the running boot: the journal is not readable here${h:+ ($h)}" >&2
+      return 1
+    fi
   fi
   if [ -z "$src" ]; then echo "no readable kernel log (dmesg, journalctl -k)" >&2; return 127; fi
   ga_klog_filtered "$src" || return

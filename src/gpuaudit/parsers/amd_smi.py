@@ -15,6 +15,7 @@ index: a host's static and metric views become one :class:`Gpu`.
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 from gpuaudit.model.snapshot import EccCounts, Gpu, bus_key
@@ -49,9 +50,16 @@ def parse_amd_smi_json(text: str) -> tuple[Gpu, ...]:
     return tuple(_gpu(number, merged[number]) for number in sorted(merged))
 
 
+# amd-smi prints some warnings on stdout before its JSON ("WARNING: User is missing the
+# following required groups: render, video. ..."): lines before the first that opens a JSON
+# value are not part of it.
+_JSON_START = re.compile(r"^[ \t]*[\[{]", re.MULTILINE)
+
+
 def _documents(text: str) -> list[Any]:
     documents = []
-    position = _skip_space(text, 0)
+    first = _JSON_START.search(text)
+    position = _skip_space(text, first.start() if first else 0)
     while position < len(text):
         try:
             document, position = load_host_json(text, position)

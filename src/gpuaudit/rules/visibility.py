@@ -40,9 +40,10 @@ def gpu_count(rule: Rule, snap: HostSnapshot, ctx: RuleContext) -> Iterable[Find
 
     Checks: the number of GPUs nvidia-smi lists against ``expected_gpu_count`` (inventory
     host_data or policy); with no expectation set, the NVIDIA GPUs nvidia-smi lists against the
-    ones lspci lists on the PCI bus. Not evaluated, without a finding, when the driver does not
-    answer, the GPU tool is missing or nvidia-smi's XML could not be read (GA101 / GA104 / GA002
-    report those; a count would repeat them).
+    ones lspci lists on the PCI bus, and against the GPUs nvidia-smi itself counts as attached
+    (``attached_gpus``), which needs no lspci. Not evaluated, without a finding, when the
+    driver does not answer, the GPU tool is missing or nvidia-smi's XML could not be read
+    (GA101 / GA104 / GA002 report those; a count would repeat them).
     Why: a GPU that fell off the bus or failed to initialise is lost capacity and often a
     hardware fault; jobs sized for the full host fail to schedule.
     Evidence: expected and visible counts, and how many NVIDIA GPUs lspci sees (on the bus but
@@ -74,15 +75,24 @@ def gpu_count(rule: Rule, snap: HostSnapshot, ctx: RuleContext) -> Iterable[Find
         message = f"{visible} of {expected} expected GPUs are visible to the driver.{bus_note}"
     else:
         visible = len(_nvidia_gpus(snap))
-        if bus is None or visible >= len(bus):
+        attached = snap.attached_gpus
+        if bus is not None and visible < len(bus):
+            expected = len(bus)
+            not_listed, _ = unmatched_bus_ids(bus, _nvidia_gpus(snap))
+            message = (
+                f"lspci lists {expected} NVIDIA GPUs on the PCI bus but only {visible} are "
+                "visible to the driver: the others are on the bus but not initialised by it"
+                + (f" ({', '.join(not_listed)})." if not_listed else ".")
+            )
+        elif attached is not None and visible < attached:
+            # No count expected and no bus listing to compare with: the driver's own count.
+            expected = attached
+            message = (
+                f"nvidia-smi counts {attached} attached GPUs but lists only {visible}: the "
+                "others are attached to the driver but could not be read."
+            )
+        else:
             return
-        expected = len(bus)
-        not_listed, _ = unmatched_bus_ids(bus, _nvidia_gpus(snap))
-        message = (
-            f"lspci lists {expected} NVIDIA GPUs on the PCI bus but only {visible} are visible "
-            "to the driver: the others are on the bus but not initialised by it"
-            + (f" ({', '.join(not_listed)})." if not_listed else ".")
-        )
     yield rule.finding(
         snap,
         message,
