@@ -194,6 +194,28 @@ def test_dmesg_restricted_falls_back_to_journalctl(make_host: Callable[..., SimH
     assert "restricted kernel: NVRM: Xid (PCI:0000:90:00): 79," in section.stdout
 
 
+def test_a_journal_the_audit_user_cannot_read_is_an_unreadable_kernel_log(
+    make_host: Callable[..., SimHost],
+) -> None:
+    """dmesg refused and journalctl answering "-- No entries --" with exit 0: the XID 79 this
+    host logged is not read, and GA105 says the log could not be, where GA301 alone would have
+    read a clean log."""
+    from gpuaudit.assemble.build import build_snapshot
+    from gpuaudit.rules import evaluate
+    from gpuaudit.sim.profiles import get_profile
+
+    profile = get_profile("a100-hgx-05")
+    profile["faults"] = {"dmesg_restricted": {}, "journal_unreadable": {}}
+    snap = build_snapshot("locked", collect(make_host("locked", profile)))
+    section = snap.sections["kernel_log"]
+    assert section.rc == 1 and section.stdout == ""
+    assert "journalctl -k -b has no kernel message of the running boot" in section.stderr
+    assert "Users in groups" not in section.stderr  # the hint's first line only
+    assert "You are currently not seeing messages" in section.stderr
+    codes = {f.rule for f in evaluate([snap])}
+    assert "GA105" in codes
+
+
 def test_wrapped_ring_buffer_marks_the_kernel_log_incomplete(
     make_host: Callable[..., SimHost],
 ) -> None:

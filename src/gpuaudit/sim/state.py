@@ -85,6 +85,8 @@ FAULTS: dict[str, str] = {
     "ring_wrapped": "the kernel ring buffer has wrapped: dmesg no longer prints the boot's "
     "first line ([    0.000000] Linux version ...), only the host's kernel-log lines",
     "dmesg_restricted": "kernel.dmesg_restrict=1: dmesg is refused, journalctl -k still works",
+    "journal_unreadable": "the audit user may open no journal file (in neither adm nor "
+    "systemd-journal): journalctl prints '-- No entries --', its hint on stderr, and exits 0",
     "journal_volatile": "the journal is kept in memory only (journald Storage=volatile): "
     "journalctl -k -b -1 finds no earlier boot, and a reboot loses the kernel log",
     "nvidia_drm_loaded": "the nvidia_drm kernel module is loaded: it holds every GPU, so a GPU "

@@ -80,6 +80,15 @@ def run_journalctl(argv: list[str], state_path: Path) -> int:
     if boot is None:
         return _refuse("journalctl", "a boot that is not an offset (0, -1, -2, ...)")
     state = load_state(state_path)
+    if has_fault(state, "journal_unreadable"):
+        # systemd 252 where the user may open no journal file: nothing, and exit 0.
+        print("-- No entries --")
+        print(
+            "Hint: You are currently not seeing messages from other users and the system.\n"
+            "      Users in groups 'adm', 'systemd-journal' can see all messages.",
+            file=sys.stderr,
+        )
+        return 0
     # One fixed stamp: the captures' own times are in formats journalctl does not print.
     from gpuaudit.sim.rootfs import boot_time
 
@@ -104,6 +113,9 @@ def run_journalctl(argv: list[str], state_path: Path) -> int:
         lines = kept["kernel_log"]
         started = int(kept.get("boot_time") or started + 86400 * boot)
     stamp = time.strftime("%b %d %H:%M:%S", time.gmtime(started))
+    # Every boot's kernel log begins with the kernel's banner, as dmesg's does.
+    release = state.get("kernel_release", "5.15.0-105-generic")
+    print(f"{stamp} {state['hostname']} kernel: Linux version {release} (buildd@lcy02-amd64-001)")
     for line in lines:
         print(f"{stamp} {state['hostname']} kernel: {_KLOG_PREFIX.sub('', line, count=1)}")
     return 0
