@@ -41,11 +41,13 @@ COMPARED = (
     "pcie_gen_max", "pcie_width_current", "pcie_width_max", "pcie_replay_count",
     "mig_mode_current", "mig_mode_pending", "persistence_mode",
 )  # fmt: skip
-# Only the XML fills these (the probe does not read MIG devices or the reset status), or the
-# two paths word them differently (NVML cannot tell N/A from "not supported").
+# Only the XML fills these (the probe does not read MIG devices, the reset status or the
+# memory repair states), or the two paths word them differently (NVML cannot tell N/A from
+# "not supported").
 XML_ONLY = (
     "status_detail", "mig_devices", "reset_required", "drain_and_reset_recommended",
-    "recovery_action", "unavailable",
+    "recovery_action", "channel_repair_pending", "tpc_repair_pending", "unrepairable_memory",
+    "sram_threshold_exceeded", "unavailable",
 )  # fmt: skip
 OLD_PYTHON = Path("/root/.pyenv/versions/3.6.15/bin/python3")
 CAPTURES = sorted(p.name for p in FIXTURES.glob("*.xml"))

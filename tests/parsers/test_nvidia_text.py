@@ -300,3 +300,21 @@ def test_unknown_error_marks_the_gpu_and_the_field() -> None:
 def test_refuses_what_is_not_a_report(text: str) -> None:
     with pytest.raises(ParseError):
         parse_nvidia_smi_text(text)
+
+
+def test_memory_repair_and_the_sram_threshold_are_read() -> None:
+    """The H200's text report (driver 590): the repair states and the SRAM threshold, as
+    printed ("No"), and each set to "Yes" in the same report."""
+    text = read("utk-h200-driver590-idle.nvidia-smi-q.txt")
+    (gpu,) = parse_nvidia_smi_text(text).gpus
+    fields = ("channel_repair_pending", "tpc_repair_pending", "unrepairable_memory",
+              "sram_threshold_exceeded")  # fmt: skip
+    assert [getattr(gpu, name) for name in fields] == [False] * 4
+    labels = ("Channel Repair Pending", "TPC Repair Pending", "Unrepairable Memory",
+              "SRAM Threshold Exceeded")  # fmt: skip
+    for name, label in zip(fields, labels, strict=True):
+        start = text.index(label)
+        line_end = text.index("\n", start)
+        changed = text[:line_end].removesuffix("No") + "Yes" + text[line_end:]
+        (flagged,) = parse_nvidia_smi_text(changed).gpus
+        assert getattr(flagged, name) is True, name

@@ -309,3 +309,22 @@ def test_where_the_document_starts_is_the_first_line_that_begins_with_markup() -
         assert nvidia_xml._document_start("x\n" + text) == (start + 2 if start >= 0 else -1)
     assert nvidia_xml._document_start(" \u2028\t<nvidia_smi_log>") == 3
     assert nvidia_xml._document_start("warning <b>\n <a>") == 13
+
+
+def test_memory_repair_and_the_sram_threshold_are_read() -> None:
+    """A v13 report (driver 595): the repair states under <ecc_errors> and the aggregate SRAM
+    threshold, as printed ("No", "N/A"), and each set to "Yes" in the same document."""
+    text = (XML / "telegraf-rtx3080-driver595-v13.xml").read_text(encoding="utf-8")
+    (gpu,) = parse_nvidia_smi_xml(text).gpus
+    assert (gpu.channel_repair_pending, gpu.tpc_repair_pending) == (False, False)
+    assert (gpu.unrepairable_memory, gpu.sram_threshold_exceeded) == (None, None)
+    assert gpu.unavailable["unrepairable_memory"] == "not_applicable"
+    for tag in ("channel_repair_pending", "tpc_repair_pending", "unrepairable_memory",
+                "sram_threshold_exceeded"):  # fmt: skip
+        start = text.index(f"<{tag}>")
+        end = text.index(f"</{tag}>", start)
+        changed = text[:start] + f"<{tag}>Yes" + text[end:]
+        with collecting() as warnings:
+            (flagged,) = parse_nvidia_smi_xml(changed).gpus
+        assert getattr(flagged, tag) is True, tag
+    assert not [w for w in warnings if "repair" in str(w) or "sram" in str(w)], warnings

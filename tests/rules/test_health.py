@@ -173,3 +173,27 @@ def test_sram_uncorrectable_count_is_not_counted_twice(make_host, findings):
     (f,) = findings("GA303", make_host(gpus=[gpu]))
     assert f.evidence.actual == {"volatile": 1, "aggregate": 5, "sram": 5}
     assert "Some are in SRAM" in f.message
+
+
+def test_memory_repair_pending_or_impossible(make_host, make_gpu, findings):
+    gpus = [
+        make_gpu(0),
+        make_gpu(1, channel_repair_pending=True, tpc_repair_pending=False),
+        make_gpu(2, tpc_repair_pending=True, sram_threshold_exceeded=True),
+        make_gpu(3, unrepairable_memory=True, channel_repair_pending=True),
+        make_gpu(4, unrepairable_memory=None, sram_threshold_exceeded=None),  # N/A
+    ]
+    found = {f.gpu: f for f in findings("GA314", make_host(gpus=gpus))}
+    assert sorted(found) == [1, 2, 3]
+    assert found[1].severity is Severity.HIGH
+    assert "a memory channel repair pending: drain and reset it" in found[1].message
+    assert found[1].evidence.actual == {"channel_repair_pending": True,
+                                        "tpc_repair_pending": False}  # fmt: skip
+    # The most severe state sets the severity and the step; every state is named.
+    assert found[2].message.endswith(
+        "reports its SRAM uncorrectable errors past the driver's threshold; a TPC repair "
+        "pending: drain it, run field diagnostics (dcgmi diag -r 3) and open an RMA."
+    )
+    assert found[3].severity is Severity.CRITICAL
+    assert found[3].evidence.fact == "gpus[3].unrepairable_memory"
+    assert "memory it can no longer repair; a memory channel repair pending" in found[3].message

@@ -24,7 +24,7 @@ from typing import Any
 from gpuaudit.model.decode import DecodeError, FieldProblem, decode, describe_value, join_path
 from gpuaudit.model.jsonable import to_json_text, to_jsonable
 
-SCHEMA_VERSION = "1.4"
+SCHEMA_VERSION = "1.5"
 # What a snapshot must have to be read at all; any other field may be missing or unusable.
 _REQUIRED = ("schema_version", "host", "status", "collected_at")
 # The name of a host whose snapshot gives none that can be used, and no file name stands in.
@@ -151,6 +151,14 @@ class Gpu:
     reset_required: bool | None = None
     drain_and_reset_recommended: bool | None = None
     recovery_action: str | None = None  # e.g. "None", "Reset", "Reboot", "Drain P2P"
+    # Memory the GPU repairs itself and the SRAM error threshold (nvidia-smi ecc_errors, NVML
+    # nvmlDeviceGetRepairStatus / nvmlDeviceGetUnrepairableMemoryFlag_v1; schema 1.5): a
+    # memory channel or TPC repair waiting for a GPU reset, memory the GPU can no longer
+    # repair, and the aggregate SRAM uncorrectable errors past the driver's threshold.
+    channel_repair_pending: bool | None = None
+    tpc_repair_pending: bool | None = None
+    unrepairable_memory: bool | None = None
+    sram_threshold_exceeded: bool | None = None
     # Why a field the tool printed holds no value: field name ("power_draw_w", or
     # "remapped_rows.pending" inside an object) -> "not_applicable" (N/A), "not_supported"
     # ([Not Supported], deprecated) or "unreadable" (Unknown Error, GPU is lost, garbage).

@@ -117,8 +117,6 @@ _KNOWN = frozenset(
         "PCI/GPU Link Info/PCIe Generation/Device Max",
         "PCI/GPU Link Info/PCIe Generation/Host Max",
         "FB Memory Usage/Reserved", "FB Memory Usage/Free",
-        "ECC Errors/Aggregate/SRAM Threshold Exceeded", "ECC Errors/Channel Repair Pending",
-        "ECC Errors/TPC Repair Pending", "ECC Errors/Unrepairable Memory",
         "Remapped Rows/Inactive Correctable Error", "Remapped Rows/Inactive Uncorrectable Error",
         "Temperature/GPU Shutdown Temp", "Temperature/GPU Max Operating Temp",
         "Temperature/Memory Current Temp", "Temperature/Memory Max Operating Temp",
@@ -342,6 +340,7 @@ def _gpu(index: int, bus: str | None, g: Entry, driver: str | None, cuda: str | 
             "drain_and_reset_recommended", g.get("GPU Reset Status/Drain and Reset Recommended")
         ),
         recovery_action=g.get("GPU Recovery Action"),
+        **{name: r.as_flag(name, g.get(label)) for name, label in _REPAIR.items()},
         unavailable=dict(r.unavailable),
     )
 
@@ -367,6 +366,13 @@ def _mig_devices(g: Entry) -> tuple[MigDevice, ...]:
 _COUNTER_SETS = ("Volatile", "Aggregate")
 _MIG_IDS = ("Index", "GPU Instance ID", "Compute Instance ID")
 # The label paths :func:`_gpu` reads, for :func:`unplaced_fields`.
+# Memory repair and the SRAM error threshold: Gpu field -> label path (newer drivers).
+_REPAIR = {
+    "channel_repair_pending": "ECC Errors/Channel Repair Pending",
+    "tpc_repair_pending": "ECC Errors/TPC Repair Pending",
+    "unrepairable_memory": "ECC Errors/Unrepairable Memory",
+    "sram_threshold_exceeded": "ECC Errors/Aggregate/SRAM Threshold Exceeded",
+}
 _READ = frozenset(
     _norm(p)
     for p in (
@@ -376,6 +382,7 @@ _READ = frozenset(
         "Utilization/GPU", "PCI/Replays Since Reset", "MIG Mode/Current", "MIG Mode/Pending",
         "Persistence Mode", "GPU Reset Status/Reset Required",
         "GPU Reset Status/Drain and Reset Recommended", "GPU Recovery Action",
+        *_REPAIR.values(),
         f"{_LINK}/PCIe Generation/Current", f"{_LINK}/PCIe Generation/Max",
         f"{_LINK}/Link Width/Current", f"{_LINK}/Link Width/Max",
         *(f"ECC Errors/{s}/{label}" for s in _COUNTER_SETS for label in _ECC_LABELS.values()),

@@ -108,8 +108,6 @@ _KNOWN = frozenset(
         "pci/atomic_caps_outbound", f"{_LINK}/pcie_gen/device_current_link_gen",
         f"{_LINK}/pcie_gen/max_device_link_gen", f"{_LINK}/pcie_gen/max_host_link_gen",
         "fb_memory_usage/reserved", "fb_memory_usage/free",
-        "ecc_errors/aggregate/sram_threshold_exceeded", "ecc_errors/channel_repair_pending",
-        "ecc_errors/tpc_repair_pending", "ecc_errors/unrepairable_memory",
         "retired_pages/multiple_single_bit_retirement/retired_pagelist",
         "retired_pages/double_bit_retirement/retired_pagelist",
         "remapped_rows/remapped_row_corr_inactive", "remapped_rows/remapped_row_unc_inactive",
@@ -267,6 +265,14 @@ def _paths(node: Element, prefix: str) -> list[tuple[str, Element]]:
     return [(f"{prefix}{child.tag}", child) for child in node]
 
 
+# Memory repair and the SRAM error threshold: Gpu field -> element path (newer drivers).
+_REPAIR = {
+    "channel_repair_pending": "ecc_errors/channel_repair_pending",
+    "tpc_repair_pending": "ecc_errors/tpc_repair_pending",
+    "unrepairable_memory": "ecc_errors/unrepairable_memory",
+    "sram_threshold_exceeded": "ecc_errors/aggregate/sram_threshold_exceeded",
+}
+
 # The element paths under <gpu> that _parse_gpu reads.
 _READ = frozenset(
     [
@@ -276,6 +282,7 @@ _READ = frozenset(
         "utilization/gpu_util", "pci/replay_counter", "mig_mode/current_mig",
         "mig_mode/pending_mig", "persistence_mode", "gpu_reset_status/reset_required",
         "gpu_reset_status/drain_and_reset_recommended", "gpu_recovery_action",
+        *_REPAIR.values(),
         f"{_LINK}/pcie_gen/current_link_gen", f"{_LINK}/pcie_gen/max_link_gen",
         f"{_LINK}/link_widths/current_link_width", f"{_LINK}/link_widths/max_link_width",
         *(f"ecc_errors/{s}/{p}" for s in ("volatile", "aggregate") for p in _ECC_PATHS.values()),
@@ -409,6 +416,7 @@ def _parse_gpu(index: int, g: Element, driver: str | None, cuda: str | None) -> 
             "drain_and_reset_recommended", raw("gpu_reset_status/drain_and_reset_recommended")
         ),
         recovery_action=at.raw("gpu_recovery_action"),
+        **{name: r.as_flag(name, raw(path)) for name, path in _REPAIR.items()},
         unavailable=dict(r.unavailable),
     )
 

@@ -1,4 +1,5 @@
-"""GA303–GA320: GPU memory health (ECC, row remapping, page retirement) and clock slowdowns."""
+"""GA303–GA320: GPU memory health (ECC, row remapping and memory repair, page retirement) and
+clock slowdowns."""
 
 from __future__ import annotations
 
@@ -127,6 +128,78 @@ def remap_pending(rule: Rule, snap: HostSnapshot, ctx: RuleContext) -> Iterable[
                 _remap_evidence(snap, gpu, "pending", True, False),
                 gpu=gpu.index,
             )
+
+
+# What a GPU says of the memory it repairs itself, most severe first: (field, what it means,
+# severity, what to do).
+_REPAIRS = (
+    ("unrepairable_memory", "memory it can no longer repair", Severity.CRITICAL,
+     "take it out of service, run field diagnostics and open an RMA"),
+    ("sram_threshold_exceeded", "its SRAM uncorrectable errors past the driver's threshold",
+     Severity.HIGH, "drain it, run field diagnostics (dcgmi diag -r 3) and open an RMA"),
+    ("channel_repair_pending", "a memory channel repair pending", Severity.HIGH,
+     "drain and reset it (nvidia-smi -r -i <gpu>) so the repair takes effect"),
+    ("tpc_repair_pending", "a TPC repair pending", Severity.HIGH,
+     "drain and reset it (nvidia-smi -r -i <gpu>) so the repair takes effect"),
+)  # fmt: skip
+
+
+@rule(
+    "GA314",
+    "GPU memory repair pending or impossible",
+    category="health",
+    needs=(GPU_LIST,),
+    per_gpu=True,
+    owner=Owner.INFRA,
+    severity=Severity.HIGH,
+    likelihood=4,
+    impact=5,
+    remediation=(
+        "A repair pending: drain the GPU and reset it (or reboot the node) so it takes effect. "
+        "Unrepairable memory or the SRAM threshold exceeded: take the GPU out of service, run "
+        "field diagnostics (dcgmi diag -r 3) and open an RMA."
+    ),
+    references=(
+        refs.NVML_UNREPAIRABLE_MEMORY,
+        refs.NVML_DEVICE_QUERIES,
+        refs.NVIDIA_SMI,
+        refs.GUIDE_MEMORY_REPAIR,
+    ),
+)
+def memory_repair(rule: Rule, snap: HostSnapshot, ctx: RuleContext) -> Iterable[Finding]:
+    """What a GPU reports of the memory it repairs itself, and of its SRAM error threshold.
+
+    Checks: nvidia-smi's ``ecc_errors`` ``channel_repair_pending``, ``tpc_repair_pending``
+    (NVML ``nvmlDeviceGetRepairStatus``), ``unrepairable_memory`` (NVML
+    ``nvmlDeviceGetUnrepairableMemoryFlag_v1``) and ``aggregate/sram_threshold_exceeded``. One
+    finding per GPU at its most severe state: unrepairable memory is critical, the others high.
+    ``N/A`` (a GPU or driver without them) is no finding.
+    Why: a pending repair leaves the faulty memory channel or TPC in use until the GPU is
+    reset, as a pending row remap does; memory the GPU can no longer repair, and SRAM errors
+    past the threshold, are the GPU's own signal that it needs replacing.
+    Evidence: every one of the four states read, and the raw ``<ecc_errors>`` block.
+    Remediation: reset for a pending repair; diagnostics and RMA otherwise.
+    """
+    for gpu in snap.gpus:
+        states = {name: getattr(gpu, name) for name, *_ in _REPAIRS}
+        found = [entry for entry in _REPAIRS if states[entry[0]]]
+        if not found:
+            continue
+        _, _, severity, step = found[0]
+        said = "; ".join(what for _, what, _, _ in found)
+        yield rule.finding(
+            snap,
+            f"{gpu_label(gpu)} reports {said}: {step}.",
+            Evidence(
+                fact=f"gpus[{gpu.index}].{found[0][0]}",
+                actual={name: value for name, value in states.items() if value is not None},
+                expected={name: False for name in states},
+                excerpt=gpu_xml_excerpt(snap, gpu, "ecc_errors"),
+            ),
+            gpu=gpu.index,
+            severity=severity,
+            likelihood=5 if severity is Severity.CRITICAL else 4,
+        )
 
 
 @rule(

@@ -25,6 +25,10 @@ FABRIC_MANAGER = "https://docs.nvidia.com/datacenter/tesla/fabric-manager-user-g
 MIG_GUIDE = "https://docs.nvidia.com/datacenter/tesla/mig-user-guide/"
 CUDA_COMPAT = "https://docs.nvidia.com/deploy/cuda-compatibility/"
 NVML_NVLINK = "https://docs.nvidia.com/deploy/nvml-api/group__NvLink.html"
+NVML_UNREPAIRABLE_MEMORY = (
+    "https://docs.nvidia.com/deploy/nvml-api/structnvmlUnrepairableMemoryStatus__v1__t.html"
+)
+NVML_DEVICE_QUERIES = "https://docs.nvidia.com/deploy/nvml-api/group__nvmlDeviceQueries.html"
 DCGM_GUIDE = "https://docs.nvidia.com/datacenter/dcgm/latest/user-guide/"
 DCGM_EXPORTER = "https://github.com/NVIDIA/dcgm-exporter"
 MIG_PARTED = "https://github.com/NVIDIA/mig-parted"
@@ -59,6 +63,7 @@ GUIDE_XID_PREVIOUS_BOOT = _GUIDE + "xid.md#errors-before-the-last-reboot"
 
 GUIDE_ECC = _GUIDE + "gpu-memory-errors.md#correctable-and-uncorrectable-errors"
 GUIDE_ROW_REMAPPING = _GUIDE + "gpu-memory-errors.md#row-remapping"
+GUIDE_MEMORY_REPAIR = _GUIDE + "gpu-memory-errors.md#memory-repair-and-the-sram-threshold"
 GUIDE_PAGE_RETIREMENT = _GUIDE + "gpu-memory-errors.md#page-retirement"
 GUIDE_MEMORY_THRESHOLDS = _GUIDE + "gpu-memory-errors.md#thresholds-used-by-public-health-checks"
 GUIDE_ECC_MODE = _GUIDE + "gpu-memory-errors.md#ecc-mode"
